@@ -1,0 +1,1 @@
+"""Customer accounts: creation, balances, deposits, adjustments and their journal."""

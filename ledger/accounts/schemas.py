@@ -1,0 +1,92 @@
+"""Request and response Structs of the accounts domain."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ledger.schemas import (
+    AccountId,
+    AmountText,
+    Currency,
+    IdempotencyKey,
+    Metadata,
+    Reason,
+    Reference,
+)
+
+
+class CreateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    account_id: AccountId
+    currency: Currency = "USD"
+    credit_limit: AmountText = "0"
+    metadata: Metadata = {}
+
+
+class DepositRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    idempotency_key: IdempotencyKey
+    amount: AmountText
+    reference: Reference | None = None
+
+
+class AdjustmentRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    idempotency_key: IdempotencyKey
+    amount: AmountText
+    reason: Reason
+
+
+class Account(msgspec.Struct, frozen=True):
+    account_id: str
+    currency: str
+    credit_limit: str
+    balance: str
+    held: str
+    available: str
+    metadata: Metadata
+    created_at: str
+
+
+class Balance(msgspec.Struct, frozen=True):
+    account_id: str
+    currency: str
+    balance: str
+    held: str
+    available: str
+    credit_limit: str
+    as_of: str | None = None
+
+
+class Leg(msgspec.Struct, frozen=True):
+    account_id: str
+    book: str
+    amount: str
+
+
+class JournalTransaction(msgspec.Struct, frozen=True):
+    transaction_id: str
+    kind: str
+    account_id: str
+    amount: str
+    held_change: str
+    balance_after: str
+    held_after: str
+    actor: str
+    created_at: str
+    reference: str | None = None
+    reason: str | None = None
+    hold_id: str | None = None
+    entries: list[Leg] = []
+
+
+class Movement(msgspec.Struct, frozen=True):
+    """The answer to a deposit or adjustment."""
+
+    transaction_id: str
+    kind: str
+    account_id: str
+    idempotency_key: str
+    amount: str
+    currency: str
+    balance: str
+    created_at: str
+    reference: str | None = None
+    reason: str | None = None

@@ -1,0 +1,319 @@
+"""Accounts: open, read, fund (deposits), correct (adjustments), and read the journal.
+
+Every money movement: lock the account row, check the idempotency key, post one
+balanced journal transaction, remember the key, write the audit record, commit:
+all in one database transaction, so a refused or failed request changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ledger import idempotency
+from ledger.accounts import repository
+from ledger.accounts.schemas import (
+    Account,
+    AdjustmentRequest,
+    Balance,
+    CreateAccount,
+    DepositRequest,
+    JournalTransaction,
+    Leg,
+    Movement,
+)
+from ledger.audit import repository as audit
+from ledger.context import Actor
+from ledger.db import read_only, transaction
+from ledger.errors import AccountExists, AccountNotFound, ValidationFailed
+from ledger.journal import repository as journal
+from ledger.journal.postings import Leg as PostingLeg
+from ledger.journal.postings import adjustments_account, funding_account
+from ledger.metrics import MONEY_MOVEMENTS
+from ledger.schemas import MAX_METADATA_BYTES, Page, iso
+from pricing.money import AmountError, format_amount, parse_amount
+
+MONEY_SCOPE = "money"
+
+
+def parse_money(value: str, *, param: str) -> Decimal:
+    try:
+        return parse_amount(value, what=param)
+    except AmountError as error:
+        raise ValidationFailed(str(error), param=param) from error
+
+
+def account_view(row: Any) -> Account:
+    available = row.balance + row.credit_limit - row.held
+    return Account(
+        account_id=row.id,
+        currency=row.currency.strip(),
+        credit_limit=format_amount(row.credit_limit),
+        balance=format_amount(row.balance),
+        held=format_amount(row.held),
+        available=format_amount(available),
+        metadata=row.metadata,
+        created_at=iso(row.created_at),
+    )
+
+
+def balance_view(row: Any) -> Balance:
+    account = account_view(row)
+    return Balance(
+        account_id=account.account_id,
+        currency=account.currency,
+        balance=account.balance,
+        held=account.held,
+        available=account.available,
+        credit_limit=account.credit_limit,
+    )
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    if len(msgspec.json.encode(metadata)) > MAX_METADATA_BYTES:
+        raise ValidationFailed(f"metadata is larger than {MAX_METADATA_BYTES} bytes", param="metadata")
+
+
+async def require_locked(conn: AsyncConnection, account_id: str) -> Any:
+    row = await repository.lock(conn, account_id)
+    if row is None:
+        raise AccountNotFound(f"account {account_id!r} does not exist", param="account_id")
+    return row
+
+
+class AccountService:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def create(self, body: CreateAccount, actor: Actor) -> Account:
+        credit_limit = parse_money(body.credit_limit, param="credit_limit")
+        if credit_limit < 0:
+            raise ValidationFailed("credit_limit must not be negative", param="credit_limit")
+        if body.account_id.startswith("system:"):
+            raise ValidationFailed("account ids starting with 'system:' are reserved", param="account_id")
+        check_metadata(body.metadata)
+
+        async def work(conn: AsyncConnection) -> Account:
+            await journal.ensure_system_accounts(conn, body.currency)
+            row = await repository.insert(
+                conn,
+                account_id=body.account_id,
+                currency=body.currency,
+                credit_limit=credit_limit,
+                metadata=body.metadata,
+            )
+            if row is None:
+                raise AccountExists(f"account {body.account_id!r} already exists", param="account_id")
+            await audit.record(
+                conn,
+                actor=actor.identity,
+                role=actor.role,
+                action="account.create",
+                target=body.account_id,
+                reason=None,
+                details={"currency": body.currency, "credit_limit": format_amount(credit_limit)},
+                request_id=actor.request_id,
+            )
+            return account_view(row)
+
+        return await transaction(self.engine, work)
+
+    async def get(self, account_id: str) -> Account:
+        async with read_only(self.engine) as conn:
+            row = await repository.get(conn, account_id)
+        if row is None:
+            raise AccountNotFound(f"account {account_id!r} does not exist")
+        return account_view(row)
+
+    async def balance(self, account_id: str, as_of: datetime | None = None) -> Balance:
+        async with read_only(self.engine) as conn:
+            row = await repository.get(conn, account_id)
+            if row is None:
+                raise AccountNotFound(f"account {account_id!r} does not exist")
+            if as_of is None:
+                return balance_view(row)
+            balance, held = await journal.balance_as_of(conn, account_id, as_of)
+        return Balance(
+            account_id=row.id,
+            currency=row.currency.strip(),
+            balance=format_amount(balance),
+            held=format_amount(held),
+            available=format_amount(balance + row.credit_limit - held),
+            credit_limit=format_amount(row.credit_limit),
+            as_of=iso(as_of),
+        )
+
+    async def list(self, *, cursor: str | None, limit: int) -> Page:
+        async with read_only(self.engine) as conn:
+            rows = await repository.list_page(conn, after=cursor or "", limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return Page(data=[account_view(r) for r in rows], next_cursor=rows[-1].id if more and rows else None)
+
+    async def deposit(self, account_id: str, body: DepositRequest, actor: Actor) -> tuple[Movement, bool]:
+        amount = parse_money(body.amount, param="amount")
+        if amount <= 0:
+            raise ValidationFailed("a deposit amount must be greater than zero", param="amount")
+        return await self._move(
+            account_id,
+            kind="deposit",
+            key=body.idempotency_key,
+            digest=idempotency.request_hash("deposit", body),
+            amount=amount,
+            counterpart=funding_account,
+            actor=actor,
+            reference=body.reference,
+            reason=None,
+        )
+
+    async def adjust(self, account_id: str, body: AdjustmentRequest, actor: Actor) -> tuple[Movement, bool]:
+        amount = parse_money(body.amount, param="amount")
+        if amount == 0:
+            raise ValidationFailed("an adjustment amount must not be zero", param="amount")
+        if not body.reason.strip():
+            raise ValidationFailed("reason must not be blank", param="reason")
+        return await self._move(
+            account_id,
+            kind="adjustment",
+            key=body.idempotency_key,
+            digest=idempotency.request_hash("adjustment", body),
+            amount=amount,
+            counterpart=adjustments_account,
+            actor=actor,
+            reference=None,
+            reason=body.reason,
+        )
+
+    async def _move(
+        self,
+        account_id: str,
+        *,
+        kind: str,
+        key: str,
+        digest: str,
+        amount: Decimal,
+        counterpart: Any,
+        actor: Actor,
+        reference: str | None,
+        reason: str | None,
+    ) -> tuple[Movement, bool]:
+        async def work(conn: AsyncConnection) -> tuple[Movement, bool]:
+            account = await require_locked(conn, account_id)
+            currency = account.currency.strip()
+            previous = await idempotency.replayed_transaction(
+                conn, account_id=account_id, scope=MONEY_SCOPE, key=key, digest=digest
+            )
+            if previous is not None:
+                return await self._replay(conn, account_id, previous, key), False
+            posted = await journal.post(
+                conn,
+                kind=kind,
+                account_id=account_id,
+                currency=currency,
+                legs=[PostingLeg(counterpart(currency), -amount), PostingLeg(account_id, amount)],
+                actor=actor.identity,
+                reference=reference,
+                reason=reason,
+            )
+            await idempotency.remember(
+                conn,
+                account_id=account_id,
+                scope=MONEY_SCOPE,
+                key=key,
+                digest=digest,
+                transaction_id=posted.transaction_id,
+            )
+            await audit.record(
+                conn,
+                actor=actor.identity,
+                role=actor.role,
+                action=f"account.{kind}",
+                target=account_id,
+                reason=reason,
+                details={
+                    "amount": format_amount(amount),
+                    "currency": currency,
+                    "transaction_id": posted.transaction_id,
+                    "idempotency_key": key,
+                    "reference": reference,
+                },
+                request_id=actor.request_id,
+            )
+            assert posted.balance_after is not None
+            return (
+                Movement(
+                    transaction_id=str(posted.transaction_id),
+                    kind=kind,
+                    account_id=account_id,
+                    idempotency_key=key,
+                    amount=format_amount(amount),
+                    currency=currency,
+                    balance=format_amount(posted.balance_after),
+                    created_at=iso(posted.created_at),
+                    reference=reference,
+                    reason=reason,
+                ),
+                True,
+            )
+
+        result = await transaction(self.engine, work)
+        if result[1]:
+            MONEY_MOVEMENTS.labels(kind).inc()
+        return result
+
+    async def _replay(self, conn: AsyncConnection, account_id: str, transaction_id: int, key: str) -> Movement:
+        rows, _ = await journal.account_journal(conn, account_id, before=transaction_id + 1, limit=1)
+        row = rows[0]
+        assert row.id == transaction_id
+        account = await repository.get(conn, account_id)
+        return Movement(
+            transaction_id=str(row.id),
+            kind=row.kind,
+            account_id=account_id,
+            idempotency_key=key,
+            amount=format_amount(row.amount),
+            currency=account.currency.strip(),
+            balance=format_amount(row.balance_after),
+            created_at=iso(row.created_at),
+            reference=row.reference,
+            reason=row.reason,
+        )
+
+    async def journal(self, account_id: str, *, cursor: str | None, limit: int) -> Page:
+        before: int | None = None
+        if cursor is not None:
+            if not cursor.isdigit():
+                raise ValidationFailed("cursor is not one this service issued", param="cursor")
+            before = int(cursor)
+        async with read_only(self.engine) as conn:
+            if await repository.get(conn, account_id) is None:
+                raise AccountNotFound(f"account {account_id!r} does not exist")
+            rows, legs = await journal.account_journal(conn, account_id, before=before, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        data = [
+            JournalTransaction(
+                transaction_id=str(r.id),
+                kind=r.kind,
+                account_id=account_id,
+                amount=format_amount(r.amount),
+                held_change=format_amount(r.held_change),
+                balance_after=format_amount(r.balance_after),
+                held_after=format_amount(r.held_after),
+                actor=r.actor,
+                created_at=iso(r.created_at),
+                reference=r.reference,
+                reason=r.reason,
+                hold_id=str(r.hold_id) if r.hold_id else None,
+                entries=[
+                    Leg(account_id=leg.account_id, book=leg.book, amount=format_amount(leg.amount))
+                    for leg in legs.get(r.id, [])
+                ],
+            )
+            for r in rows
+        ]
+        return Page(data=data, next_cursor=str(rows[-1].id) if more and rows else None)

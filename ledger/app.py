@@ -1,0 +1,71 @@
+"""The Litestar application factory.
+
+`create_app(settings, database_url)` wires the engine, services, auth registry,
+error handling, request context and OpenAPI. Background jobs are not started
+here: `ledger.cli serve` decides whether they run in-process (embedded mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+
+from ledger import __version__
+from ledger.accounts.controller import AdminAccountController, GatewayAccountController
+from ledger.accounts.service import AccountService
+from ledger.db import make_engine
+from ledger.http.auth import TokenRegistry
+from ledger.http.errors import handle_exception
+from ledger.http.middleware import request_context_middleware
+from ledger.ops.controller import AdminOpsController, HealthController
+from ledger.settings import Settings
+
+CONTROLLERS: list[Any] = [
+    HealthController,
+    AdminOpsController,
+    AdminAccountController,
+    GatewayAccountController,
+]
+
+
+def create_app(
+    settings: Settings,
+    database_url: str,
+    *,
+    on_startup: Sequence[Callable[[Litestar], Any]] = (),
+    on_shutdown: Sequence[Callable[[Litestar], Any]] = (),
+) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        engine = make_engine(database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
+        app.state.engine = engine
+        app.state.settings = settings
+        app.state.tokens = TokenRegistry(settings)
+        app.state.accounts = AccountService(engine)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    return Litestar(
+        route_handlers=CONTROLLERS,
+        lifespan=[lifespan],
+        on_startup=list(on_startup),
+        on_shutdown=list(on_shutdown),
+        exception_handlers={Exception: handle_exception},
+        middleware=[request_context_middleware],
+        openapi_config=OpenAPIConfig(
+            title="ledger",
+            version=__version__,
+            description="Billing and wallet ledger behind the LLM API gateway. Amounts are decimal strings.",
+            path="/schema",
+            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+        ),
+        debug=False,
+    )
+

@@ -1,0 +1,106 @@
+"""The domain error tree: every refusal the service can give, with its status and code.
+
+Services raise these; one exception handler (`ledger.http.errors`) turns each into
+the contract's single error shape. A refused request changes nothing: services
+raise before they commit, and the transaction is rolled back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LedgerError(Exception):
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    type: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.extra = extra or {}
+
+
+class InvalidJson(LedgerError):
+    status, code, type = 400, "invalid_json", "invalid_request"
+
+
+class Unauthorized(LedgerError):
+    status, code, type = 401, "unauthorized", "authentication_error"
+
+
+class Forbidden(LedgerError):
+    status, code, type = 403, "forbidden", "permission_error"
+
+
+class InsufficientFunds(LedgerError):
+    status, code, type = 402, "insufficient_funds", "insufficient_funds"
+
+
+class NotFound(LedgerError):
+    status, code, type = 404, "not_found", "not_found"
+
+
+class AccountNotFound(NotFound):
+    code = "account_not_found"
+
+
+class HoldNotFound(NotFound):
+    code = "hold_not_found"
+
+
+class PriceVersionNotFound(NotFound):
+    code = "price_version_not_found"
+
+
+class RouteNotFound(NotFound):
+    code = "route_not_found"
+
+
+class MethodNotAllowed(LedgerError):
+    status, code, type = 405, "method_not_allowed", "invalid_request"
+
+
+class Conflict(LedgerError):
+    status, code, type = 409, "conflict", "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+
+class HoldStateConflict(Conflict):
+    code = "hold_state_conflict"
+
+
+class AccountExists(Conflict):
+    code = "account_exists"
+
+
+class ValidationFailed(LedgerError):
+    status, code, type = 422, "validation_error", "invalid_request"
+
+
+class UsageInvalid(ValidationFailed):
+    code = "usage_invalid"
+
+
+class ModelLimitExceeded(ValidationFailed):
+    code = "model_limit_exceeded"
+
+
+class PriceDocumentRefused(ValidationFailed):
+    code = "validation_error"
+
+
+class ServiceUnavailable(LedgerError):
+    status, code, type = 503, "service_unavailable", "service_unavailable"
+
+
+class PricingUnavailable(ServiceUnavailable):
+    code = "pricing_unavailable"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    code = "database_unavailable"

@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by every controller: auth, errors, request context, bodies."""

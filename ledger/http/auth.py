@@ -1,0 +1,100 @@
+"""Bearer-token auth for the two surfaces.
+
+- `/v1/...` takes gateway tokens (`LEDGER_GATEWAY_TOKENS`);
+- `/admin/v1/...` takes admin tokens (`LEDGER_ADMIN_TOKENS`, `token:role`), with
+  roles ordered viewer < finance < admin; a handler states its minimum role in
+  `opt={"role": ...}` (default viewer).
+
+A missing or unknown token is 401; a known token on the wrong surface, or a role
+too low, is 403. Tokens are compared as SHA-256 digests with `hmac.compare_digest`
+against every configured token (no early exit), and only a short fingerprint of a
+token ever reaches logs or the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from ledger.errors import Forbidden, Unauthorized
+from ledger.settings import ROLES, Role, Settings
+
+
+@dataclass(frozen=True)
+class Principal:
+    surface: str  # "gateway" or "admin"
+    role: str  # "gateway" for gateway tokens
+    fingerprint: str
+
+    @property
+    def identity(self) -> str:
+        """What the audit log records: role and fingerprint, never the token."""
+        return f"{self.role}:{self.fingerprint}"
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class TokenRegistry:
+    def __init__(self, settings: Settings) -> None:
+        self._entries: list[tuple[bytes, Principal]] = []
+        for token in settings.gateway_tokens:
+            digest = _digest(token)
+            self._entries.append((digest, Principal("gateway", "gateway", digest.hex()[:12])))
+        for token, role in settings.admin_tokens:
+            digest = _digest(token)
+            self._entries.append((digest, Principal("admin", role, digest.hex()[:12])))
+
+    def lookup(self, token: str) -> Principal | None:
+        candidate = _digest(token)
+        found: Principal | None = None
+        for digest, principal in self._entries:
+            if hmac.compare_digest(digest, candidate) and found is None:
+                found = principal
+        return found
+
+
+def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    header = connection.headers.get("authorization")
+    if not header:
+        raise Unauthorized("missing bearer token")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+    return token.strip()
+
+
+def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    registry: TokenRegistry = connection.app.state.tokens
+    principal = registry.lookup(_bearer(connection))
+    if principal is None:
+        raise Unauthorized("unknown token")
+    connection.state.principal = principal
+    structlog.contextvars.bind_contextvars(actor=principal.identity)
+    return principal
+
+
+def gateway_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    if _principal(connection).surface != "gateway":
+        raise Forbidden("this token may not call the gateway surface")
+
+
+def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    principal = _principal(connection)
+    if principal.surface != "admin":
+        raise Forbidden("this token may not call the admin surface")
+    needed: Role = handler.opt.get("role", "viewer")
+    if ROLES.index(principal.role) < ROLES.index(needed):  # type: ignore[arg-type]
+        raise Forbidden(f"role {principal.role} may not do this; {needed} or above is required")
+
+
+def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    principal: Principal = connection.state.principal
+    return principal

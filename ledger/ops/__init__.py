@@ -1,0 +1,1 @@
+"""Operations endpoints: health, readiness, metrics, integrity and the audit log."""

@@ -1,0 +1,84 @@
+"""GET /healthz, /readyz, /metrics; GET /admin/v1/integrity and /admin/v1/audit-log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get
+from litestar.params import Parameter
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ledger.audit import repository as audit
+from ledger.db import current_revision, head_revision, read_only
+from ledger.errors import DatabaseUnavailable
+from ledger.http.auth import admin_guard
+from ledger.integrity import service as integrity
+from ledger.metrics import render
+from ledger.schemas import Page, iso
+
+
+def engine_of(request: Request[Any, Any, Any]) -> AsyncEngine:
+    engine: AsyncEngine = request.app.state.engine
+    return engine
+
+
+class HealthController(Controller):
+    path = "/"
+    tags = ["operations"]
+
+    @get("/healthz", summary="Alive")
+    async def healthz(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/readyz", summary="Database reachable and migrations at head")
+    async def readyz(self, request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+        head = head_revision()
+        try:
+            async with read_only(engine_of(request)) as conn:
+                await conn.execute(text("SELECT 1"))
+                current = await current_revision(conn)
+        except DatabaseUnavailable:
+            body = {"error": {"type": "service_unavailable", "code": "database_unavailable",
+                              "message": "the database cannot be reached", "param": None}}
+            return Response(body, status_code=503)
+        if current != head:
+            body = {"error": {"type": "service_unavailable", "code": "migrations_pending",
+                              "message": f"database is at revision {current}, code expects {head}",
+                              "param": None}}
+            return Response(body, status_code=503)
+        return Response({"status": "ready", "database": "ok", "revision": current})
+
+    @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
+    async def metrics(self) -> bytes:
+        return render()
+
+
+class AdminOpsController(Controller):
+    path = "/admin/v1"
+    guards = [admin_guard]
+    tags = ["admin: operations"]
+
+    @get("/integrity", summary="Recompute every balance and check the journal sums to zero")
+    async def integrity(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        return await integrity.check(engine_of(request))
+
+    @get("/audit-log", summary="The audit log, newest first")
+    async def audit_log(
+        self,
+        request: Request[Any, Any, Any],
+        target: Annotated[str | None, Parameter(default=None)],
+        limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
+        cursor: Annotated[str | None, Parameter(default=None)],
+    ) -> Page:
+        before = int(cursor) if cursor and cursor.isdigit() else None
+        async with read_only(engine_of(request)) as conn:
+            rows = await audit.list_entries(conn, target=target, before=before, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        data = [
+            {"id": str(r.id), "at": iso(r.at), "actor": r.actor, "role": r.role, "action": r.action,
+             "target": r.target, "reason": r.reason, "details": r.details, "request_id": r.request_id}
+            for r in rows
+        ]
+        return Page(data=data, next_cursor=str(rows[-1].id) if more and rows else None)

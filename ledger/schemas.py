@@ -1,0 +1,37 @@
+"""Wire types shared by several domains: identifiers, keys, amounts, pages."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+AccountId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$", max_length=128)]
+Currency = Annotated[str, Meta(pattern=r"^[A-Z]{3}$")]
+IdempotencyKey = Annotated[str, Meta(min_length=1, max_length=255)]
+Reason = Annotated[str, Meta(min_length=1, max_length=2000)]
+Reference = Annotated[str, Meta(max_length=500)]
+# Amounts travel as plain decimal strings; ledger.money-style parsing happens in services
+# (pricing.money.parse_amount) so that a JSON number is refused with a clear message.
+AmountText = Annotated[str, Meta(max_length=64)]
+Metadata = dict[str, Any]
+PageLimit = Annotated[int, Meta(ge=1, le=500)]
+
+MAX_METADATA_BYTES = 16_384
+
+
+def iso(ts: datetime) -> str:
+    """RFC 3339 in UTC with a Z, the one timestamp format on the wire."""
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def as_utc(ts: datetime) -> datetime:
+    """A naive datetime from a query parameter is taken as UTC."""
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
+
+
+class Page(msgspec.Struct, frozen=True):
+    data: list[Any]
+    next_cursor: str | None

@@ -1,0 +1,141 @@
+"""One frozen settings object, read once from `LEDGER_*` environment variables.
+
+Every command (serve, migrate, worker, scheduler, reconcile, prices) reads the
+same settings, so each works against the embedded database too. The README's
+configuration table lists every variable below; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["viewer", "finance", "admin"]
+ROLES: tuple[Role, ...] = ("viewer", "finance", "admin")
+
+DEV_GATEWAY_TOKENS = ("dev-gateway",)
+DEV_ADMIN_TOKENS: tuple[tuple[str, Role], ...] = (
+    ("dev-admin", "admin"),
+    ("dev-finance", "finance"),
+    ("dev-viewer", "viewer"),
+)
+
+
+class SettingsError(ValueError):
+    """A `LEDGER_*` variable has a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None
+    redis_url: str | None
+    data_dir: Path
+    gateway_tokens: tuple[str, ...]
+    admin_tokens: tuple[tuple[str, Role], ...]
+    dev_tokens: bool
+    host: str
+    port: int
+    log_format: Literal["json", "console", "auto"]
+    log_level: str
+    db_pool_size: int
+    db_max_overflow: int
+    reconcile_grace_seconds: int
+    reconcile_batch_size: int
+    default_hold_ttl_seconds: int
+    price_sources: tuple[str, ...]
+    price_refresh_max_factor: str
+    reconcile_cron: str
+    price_refresh_cron: str
+    integrity_cron: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        """No database configured: run on an embedded PostgreSQL in `data_dir`."""
+        return self.database_url is None
+
+
+def _int(env: dict[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _list(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _admin_tokens(raw: str | None) -> tuple[tuple[str, Role], ...]:
+    pairs: list[tuple[str, Role]] = []
+    for item in _list(raw):
+        token, sep, role = item.rpartition(":")
+        if not sep or not token:
+            raise SettingsError("LEDGER_ADMIN_TOKENS entries must be token:role")
+        if role not in ROLES:
+            raise SettingsError(f"LEDGER_ADMIN_TOKENS role must be one of {', '.join(ROLES)}, got {role!r}")
+        pairs.append((token, role))  # type: ignore[arg-type]
+    return tuple(pairs)
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept libpq `postgresql://` (or `postgres://`) and SQLAlchemy `postgresql+psycopg://` URLs."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    raise SettingsError("LEDGER_DATABASE_URL must start with postgresql:// or postgresql+psycopg://")
+
+
+def libpq_url(url: str) -> str:
+    """The same URL in the libpq form psycopg and psql understand."""
+    return "postgresql://" + normalize_database_url(url)[len("postgresql+psycopg://") :]
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ if environ is None else environ)
+    database_url = env.get("LEDGER_DATABASE_URL") or None
+    if database_url is not None:
+        database_url = normalize_database_url(database_url)
+    gateway_tokens = _list(env.get("LEDGER_GATEWAY_TOKENS"))
+    admin_tokens = _admin_tokens(env.get("LEDGER_ADMIN_TOKENS"))
+    dev_tokens = False
+    if database_url is None and not gateway_tokens and not admin_tokens:
+        # Embedded (development) mode with nothing configured: well-known dev tokens,
+        # printed at start. Never applied when a real database is configured.
+        gateway_tokens, admin_tokens, dev_tokens = DEV_GATEWAY_TOKENS, DEV_ADMIN_TOKENS, True
+    log_format = env.get("LEDGER_LOG_FORMAT", "auto")
+    if log_format not in ("json", "console", "auto"):
+        raise SettingsError("LEDGER_LOG_FORMAT must be json, console or auto")
+    default_sources = str(Path(__file__).resolve().parent.parent / "pricing" / "sheets")
+    return Settings(
+        database_url=database_url,
+        redis_url=env.get("LEDGER_REDIS_URL") or None,
+        data_dir=Path(env.get("LEDGER_DATA_DIR") or ".ledger"),
+        gateway_tokens=gateway_tokens,
+        admin_tokens=admin_tokens,
+        dev_tokens=dev_tokens,
+        host=env.get("LEDGER_HOST", "127.0.0.1"),
+        port=_int(env, "LEDGER_PORT", 8000, minimum=0),
+        log_format=log_format,  # type: ignore[arg-type]
+        log_level=env.get("LEDGER_LOG_LEVEL", "info").upper(),
+        db_pool_size=_int(env, "LEDGER_DB_POOL_SIZE", 20, minimum=1),
+        db_max_overflow=_int(env, "LEDGER_DB_MAX_OVERFLOW", 10, minimum=0),
+        reconcile_grace_seconds=_int(env, "LEDGER_RECONCILE_GRACE_SECONDS", 60),
+        reconcile_batch_size=_int(env, "LEDGER_RECONCILE_BATCH_SIZE", 100, minimum=1),
+        default_hold_ttl_seconds=_int(env, "LEDGER_DEFAULT_HOLD_TTL_SECONDS", 600, minimum=1),
+        price_sources=_list(env.get("LEDGER_PRICE_SOURCES")) or (default_sources,),
+        price_refresh_max_factor=env.get("LEDGER_PRICE_REFRESH_MAX_FACTOR", "3"),
+        reconcile_cron=env.get("LEDGER_RECONCILE_CRON", "* * * * *"),
+        price_refresh_cron=env.get("LEDGER_PRICE_REFRESH_CRON", "17 * * * *"),
+        integrity_cron=env.get("LEDGER_INTEGRITY_CRON", "*/5 * * * *"),
+    )

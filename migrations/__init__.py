@@ -1,0 +1,1 @@
+"""Alembic migrations. The invariants the database enforces live here as SQL."""
