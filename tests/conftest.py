@@ -1,0 +1,118 @@
+"""Shared fixtures: a migrated PostgreSQL database per test process, the app, clients.
+
+Tests never share rows by accident: each makes its own accounts (unique ids), so
+no cleanup between tests is needed and the whole-ledger integrity check stays
+meaningful for every test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from litestar.testing import TestClient
+
+from ledger.settings import load_settings, normalize_database_url
+from tests import pg
+
+GATEWAY = "test-gateway-token"
+ADMIN = "test-admin-token"
+FINANCE = "test-finance-token"
+VIEWER = "test-viewer-token"
+
+TEST_ENV = {
+    "LEDGER_GATEWAY_TOKENS": GATEWAY,
+    "LEDGER_ADMIN_TOKENS": f"{ADMIN}:admin,{FINANCE}:finance,{VIEWER}:viewer",
+    "LEDGER_RECONCILE_GRACE_SECONDS": "0",
+    "LEDGER_LOG_FORMAT": "console",
+    "LEDGER_LOG_LEVEL": "warning",
+    "LEDGER_DB_POOL_SIZE": "10",
+}
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    return pg.admin_url()
+
+
+@pytest.fixture(scope="session")
+def database(pg_admin_url: str) -> Iterator[str]:
+    """libpq URL of a freshly migrated database, dropped after the session."""
+    from ledger.db import migrate
+
+    name, url = pg.create_database(pg_admin_url)
+    migrate(normalize_database_url(url))
+    yield url
+    pg.drop_database(pg_admin_url, name)
+
+
+@pytest.fixture(scope="session")
+def sa_url(database: str) -> str:
+    return normalize_database_url(database)
+
+
+@pytest.fixture(scope="session")
+def settings(database: str) -> Any:
+    env = dict(TEST_ENV, LEDGER_DATABASE_URL=database)
+    return load_settings(env)
+
+
+@pytest.fixture(scope="session")
+def app(settings: Any, sa_url: str) -> Any:
+    from ledger.app import create_app
+
+    return create_app(settings, sa_url)
+
+
+@pytest.fixture(scope="session")
+def client(app: Any) -> Iterator[TestClient[Any]]:
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def sql(database: str) -> Iterator[psycopg.Connection[Any]]:
+    """A raw psycopg connection (not autocommit) for direct-SQL tests."""
+    with psycopg.connect(database) as conn:
+        yield conn
+
+
+def new_id(prefix: str = "acct") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def make_account(client: TestClient[Any]) -> Any:
+    def make(deposit: str | None = None, *, credit_limit: str = "0", currency: str = "USD") -> str:
+        account_id = new_id()
+        r = client.post(
+            "/admin/v1/accounts",
+            json={"account_id": account_id, "currency": currency, "credit_limit": credit_limit},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+        if deposit is not None:
+            r = client.post(
+                f"/admin/v1/accounts/{account_id}/deposits",
+                json={"idempotency_key": new_id("dep"), "amount": deposit},
+                headers=auth(FINANCE),
+            )
+            assert r.status_code == 201, r.text
+        return account_id
+
+    return make
+
+
+def assert_integrity(client: TestClient[Any]) -> dict[str, Any]:
+    r = client.get("/admin/v1/integrity", headers=auth(VIEWER))
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    assert body["ok"] is True, body
+    return body
