@@ -23,6 +23,8 @@ from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.middleware import request_context_middleware
 from ledger.ops.controller import AdminOpsController, HealthController
+from ledger.prices.controller import AdminPriceController, GatewayQuoteController
+from ledger.prices.service import PriceService
 from ledger.settings import Settings
 
 CONTROLLERS: list[Any] = [
@@ -30,6 +32,8 @@ CONTROLLERS: list[Any] = [
     AdminOpsController,
     AdminAccountController,
     GatewayAccountController,
+    AdminPriceController,
+    GatewayQuoteController,
 ]
 
 
@@ -47,6 +51,7 @@ def create_app(
         app.state.settings = settings
         app.state.tokens = TokenRegistry(settings)
         app.state.accounts = AccountService(engine)
+        app.state.prices = PriceService(engine)
         try:
             yield
         finally:

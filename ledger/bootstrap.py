@@ -1,12 +1,36 @@
-"""What `ledger serve` does at start beyond serving: seeding prices, in-process jobs (embedded mode)."""
+"""What `ledger serve` does at start beyond serving.
+
+- On an empty database (no price version at all) it publishes the bundled price
+  sheets as the first version, so a new install can quote and reserve at once.
+- In embedded mode it runs the background jobs in-process (see `workers.embedded`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+from litestar import Litestar
+
+from ledger.context import Actor
+from ledger.prices.service import PriceService
 from ledger.settings import Settings
+from pricing.bundled import bundled_document
+
+log = structlog.get_logger(__name__)
+
+SEEDER = Actor(identity="bootstrap", role="admin")
+
+
+async def seed_prices(app: Litestar) -> None:
+    prices: PriceService = app.state.prices
+    version = await prices.seed_if_empty(bundled_document(), SEEDER)
+    if version is not None:
+        log.info("prices.seeded", version=version.version, models=version.models)
 
 
 def startup_hooks(settings: Settings, database_url: str) -> tuple[list[Callable[..., Any]], list[Callable[..., Any]]]:
-    return [], []
+    on_startup: list[Callable[..., Any]] = [seed_prices]
+    on_shutdown: list[Callable[..., Any]] = []
+    return on_startup, on_shutdown

@@ -72,7 +72,15 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prices(settings: Settings, args: argparse.Namespace) -> int:
+    from ledger.prices import commands
+
+    return commands.run(settings, prepare(settings), args)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from ledger.prices import commands as price_commands
+
     parser = argparse.ArgumentParser(prog="ledger", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="start the HTTP service")
@@ -81,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    price_commands.add_parser(sub)
+    sub.choices["prices"].set_defaults(func=cmd_prices)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Price versions in the ledger: publish, list, look up the active one, and quote."""

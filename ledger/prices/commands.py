@@ -1,0 +1,108 @@
+"""`ledger prices publish|refresh|diff|list`: the price commands, over the same services as HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ledger.context import CLI, Actor
+from ledger.db import make_engine, read_only
+from ledger.errors import LedgerError
+from ledger.prices.service import PriceService
+from ledger.prices.sources import SourceError, load_sources
+from ledger.settings import Settings
+from pricing.diff import compare_documents, diff_to_builtins
+from pricing.document import parse_price_document
+from pricing.errors import PriceDocumentInvalid
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(msgspec.to_builtins(value), indent=2))
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"ledger prices: {message}", file=sys.stderr)
+    return code
+
+
+async def _with_service(url: str, work: Any) -> Any:
+    engine = make_engine(url, pool_size=2, max_overflow=0)
+    try:
+        return await work(PriceService(engine))
+    finally:
+        await engine.dispose()
+
+
+def refresh_factor(settings: Settings, override: str | None) -> Decimal:
+    raw = override or settings.price_refresh_max_factor
+    try:
+        factor = Decimal(raw)
+    except InvalidOperation as error:
+        raise SystemExit(f"max factor must be a number, got {raw!r}") from error
+    if not factor > 1:
+        raise SystemExit("max factor must be greater than 1")
+    return factor
+
+
+async def refresh(settings: Settings, url: str, *, force: bool, factor: Decimal, actor: Actor = CLI) -> Any:
+    doc = load_sources(settings.price_sources)
+    return await _with_service(
+        url, lambda svc: svc.publish_if_changed(doc, actor, max_factor=factor, force=force)
+    )
+
+
+def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
+    try:
+        if args.prices_command == "publish":
+            doc = parse_price_document(Path(args.file).read_bytes())
+            version = asyncio.run(_with_service(url, lambda svc: svc.publish(doc, CLI)))
+            _print(version)
+            return 0
+        if args.prices_command == "refresh":
+            result = asyncio.run(
+                refresh(settings, url, force=args.force, factor=refresh_factor(settings, args.max_factor))
+            )
+            _print(result)
+            return 0 if result.published or not result.refused_changes else 3
+        if args.prices_command == "diff":
+
+            async def diff(svc: PriceService) -> Any:
+                async with read_only(svc.engine) as conn:
+                    old = await svc.document(conn, args.old)
+                    new = await svc.document(conn, args.new)
+                return diff_to_builtins(compare_documents(old, new))
+
+            _print(asyncio.run(_with_service(url, diff)))
+            return 0
+        if args.prices_command == "list":
+            versions, _ = asyncio.run(_with_service(url, lambda svc: svc.list(cursor=None, limit=500)))
+            _print(versions)
+            return 0
+    except PriceDocumentInvalid as error:
+        return _fail(f"refused: {error.param}: {error.message}", 2)
+    except (SourceError, OSError) as error:
+        return _fail(str(error), 2)
+    except LedgerError as error:
+        return _fail(f"{error.code}: {error.message}", 2)
+    return _fail("unknown prices command", 2)
+
+
+def add_parser(sub: Any) -> None:
+    prices = sub.add_parser("prices", help="publish, refresh, diff and list price versions")
+    verbs = prices.add_subparsers(dest="prices_command", required=True)
+    publish = verbs.add_parser("publish", help="publish a price document file as a new version")
+    publish.add_argument("file")
+    refresh_p = verbs.add_parser("refresh", help="re-read LEDGER_PRICE_SOURCES; publish only if changed")
+    refresh_p.add_argument("--force", action="store_true", help="publish even past the max factor")
+    refresh_p.add_argument("--max-factor", default=None, help="refuse rate moves above this factor (default 3)")
+    diff = verbs.add_parser("diff", help="what changed between two versions")
+    diff.add_argument("old")
+    diff.add_argument("new")
+    verbs.add_parser("list", help="every price version, newest first")

@@ -1,0 +1,70 @@
+"""HTTP shape of prices: publish/list/get versions (admin) and quotes (gateway and admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import Parameter
+
+from ledger.errors import InvalidJson
+from ledger.http.auth import admin_guard, gateway_guard
+from ledger.http.request import actor_of
+from ledger.prices.schemas import ChargeQuote, PriceVersion, QuoteRequest, ReservationQuote
+from ledger.prices.service import PriceService
+from ledger.schemas import Page
+
+
+def service(request: Request[Any, Any, Any]) -> PriceService:
+    svc: PriceService = request.app.state.prices
+    return svc
+
+
+class AdminPriceController(Controller):
+    path = "/admin/v1"
+    guards = [admin_guard]
+    tags = ["admin: prices"]
+
+    @post(
+        "/price-versions",
+        opt={"role": "finance"},
+        status_code=201,
+        summary="Publish a price document as a new immutable version",
+        description="Body: a price document (see the contract). Rates are decimal strings.",
+    )
+    async def publish(self, request: Request[Any, Any, Any]) -> PriceVersion:
+        raw = await request.body()
+        try:
+            msgspec.json.decode(raw)
+        except msgspec.DecodeError as error:
+            raise InvalidJson(f"request body is not valid JSON: {error}") from error
+        return await service(request).publish_raw(raw, actor_of(request))
+
+    @get("/price-versions", summary="Price versions, newest first")
+    async def list_versions(
+        self,
+        request: Request[Any, Any, Any],
+        limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
+        cursor: Annotated[str | None, Parameter(default=None)],
+    ) -> Page:
+        data, next_cursor = await service(request).list(cursor=cursor, limit=limit)
+        return Page(data=data, next_cursor=next_cursor)
+
+    @get("/price-versions/{version:str}", summary="One price version with its document")
+    async def get_version(self, request: Request[Any, Any, Any], version: str) -> PriceVersion:
+        return await service(request).get(version)
+
+    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
+        return await service(request).quote(data)
+
+
+class GatewayQuoteController(Controller):
+    path = "/v1"
+    guards = [gateway_guard]
+    tags = ["gateway"]
+
+    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
+        return await service(request).quote(data)

@@ -1,0 +1,60 @@
+"""Every SQL statement of the prices domain."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_COLUMNS = "version, content_hash, currency, effective_at, source, published_by, published_at"
+
+_INSERT = text(
+    "INSERT INTO price_versions (content_hash, currency, effective_at, source, document, published_by) "
+    "VALUES (:content_hash, :currency, :effective_at, :source, CAST(:document AS jsonb), :published_by) "
+    f"RETURNING {_COLUMNS}"
+)
+_GET = text(f"SELECT {_COLUMNS}, document FROM price_versions WHERE version = :version")
+_LIST = text(
+    f"SELECT {_COLUMNS}, document FROM price_versions WHERE id < :before ORDER BY id DESC LIMIT :limit"
+)
+_ACTIVE = text(
+    "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= :at "
+    "ORDER BY effective_at DESC, id DESC LIMIT 1"
+)
+_LATEST = text(f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency "
+               "ORDER BY id DESC LIMIT 1")
+_COUNT = text("SELECT count(*) FROM price_versions")
+_LOCK = text("SELECT pg_advisory_xact_lock(7243100002)")
+
+
+async def insert(conn: AsyncConnection, **values: Any) -> Any:
+    return (await conn.execute(_INSERT, values)).one()
+
+
+async def get(conn: AsyncConnection, version: str) -> Any | None:
+    return (await conn.execute(_GET, {"version": version})).first()
+
+
+async def list_page(conn: AsyncConnection, *, before: int | None, limit: int) -> list[Any]:
+    params = {"before": before if before is not None else 2**63 - 1, "limit": limit}
+    return list((await conn.execute(_LIST, params)).all())
+
+
+async def active_version(conn: AsyncConnection, currency: str, at: datetime) -> str | None:
+    value: str | None = (await conn.execute(_ACTIVE, {"currency": currency, "at": at})).scalar()
+    return value
+
+
+async def latest(conn: AsyncConnection, currency: str) -> Any | None:
+    return (await conn.execute(_LATEST, {"currency": currency})).first()
+
+
+async def count(conn: AsyncConnection) -> int:
+    return int((await conn.execute(_COUNT)).scalar_one())
+
+
+async def lock_publishing(conn: AsyncConnection) -> None:
+    """Serialize publishers, so 'publish only if changed' and first-start seeding never race."""
+    await conn.execute(_LOCK)

@@ -1,0 +1,57 @@
+"""Request and response Structs of the prices domain."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from ledger.schemas import Currency
+
+ModelName = Annotated[str, Meta(min_length=1, max_length=200)]
+VersionId = Annotated[str, Meta(pattern=r"^v[0-9]{1,18}$")]
+TokenCount = Annotated[int, Meta(ge=1, le=100_000_000)]
+Completions = Annotated[int, Meta(ge=1, le=128)]
+
+
+class PriceVersion(msgspec.Struct, frozen=True, omit_defaults=True):
+    version: str
+    content_hash: str
+    currency: str
+    effective_at: str
+    source: str
+    published_by: str
+    published_at: str
+    models: list[str]
+    document: dict[str, Any] | None = None
+
+
+class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    model: ModelName
+    price_version: VersionId | None = None
+    currency: Currency = "USD"
+    usage: dict[str, Any] | None = None
+    max_output_tokens: TokenCount | None = None
+    max_input_tokens: TokenCount | None = None
+    n: Completions | None = None
+
+
+class ChargeQuote(msgspec.Struct, frozen=True):
+    model: str
+    price_version: str
+    charge: dict[str, Any]
+
+
+class ReservationQuote(msgspec.Struct, frozen=True):
+    model: str
+    price_version: str
+    reservation: dict[str, Any]
+
+
+class PublishResult(msgspec.Struct, frozen=True):
+    published: bool
+    version: PriceVersion | None
+    reason: str
+    changes: list[dict[str, Any]] = []
+    refused_changes: list[dict[str, Any]] = []

@@ -1,0 +1,252 @@
+"""Price versions: publish (immutable), resolve the active or pinned one, quote.
+
+- The active version for a currency at time T is the one with the latest
+  `effective_at` <= T (ties: the later published). A hold pins the version it was
+  sized with; its settlement uses that version whatever is published later.
+- Parsed documents are cached in-process by version id: a version never changes,
+  so the cache never needs invalidating.
+- `publish_if_changed` (used by `ledger prices refresh` and the scheduled job)
+  publishes only when the content hash differs from the latest version, and refuses
+  a document that would move any rate by more than a factor (default 3x) unless
+  forced, naming the rates, so a broken feed cannot reprice the world.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ledger.audit import repository as audit
+from ledger.context import Actor
+from ledger.db import read_only, transaction
+from ledger.errors import (
+    ModelLimitExceeded,
+    PriceDocumentRefused,
+    PricingUnavailable,
+    PriceVersionNotFound,
+    UsageInvalid,
+    ValidationFailed,
+)
+from ledger.prices import repository
+from ledger.prices.schemas import ChargeQuote, PriceVersion, PublishResult, QuoteRequest, ReservationQuote
+from ledger.schemas import iso
+from pricing import errors as pricing_errors
+from pricing.diff import compare_documents, diff_to_builtins, excessive_changes
+from pricing.document import ModelPrice, PriceDocument, content_hash, document_to_builtins, parse_price_document
+from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
+from pricing.usage import parse_usage
+
+CACHE_SIZE = 256
+
+
+def translate_pricing_error(error: Exception) -> Exception:
+    """Map the pure engine's refusals onto the ledger's error tree."""
+    if isinstance(error, pricing_errors.UsageInvalid):
+        return UsageInvalid(error.message, param=error.param or "usage")
+    if isinstance(error, pricing_errors.ModelLimitExceeded):
+        return ModelLimitExceeded(error.message, param=error.param)
+    if isinstance(error, pricing_errors.PriceDocumentInvalid):
+        return PriceDocumentRefused(error.message, param=error.param or None)
+    if isinstance(error, pricing_errors.PricingInputError):
+        return ValidationFailed(error.message, param=error.param or None)
+    if isinstance(error, pricing_errors.ModelNotPriced):
+        return PricingUnavailable(f"no valid price for model {error.model!r} in the selected price version",
+                                  param="model")
+    return error
+
+
+def view(row: Any, *, with_document: bool = False) -> PriceVersion:
+    document: dict[str, Any] = row.document
+    models = [m["model"] for m in document["models"]]
+    return PriceVersion(
+        version=row.version,
+        content_hash=row.content_hash,
+        currency=row.currency.strip(),
+        effective_at=iso(row.effective_at),
+        source=row.source,
+        published_by=row.published_by,
+        published_at=iso(row.published_at),
+        models=models,
+        document=document if with_document else None,
+    )
+
+
+class PriceService:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._cache: OrderedDict[str, PriceDocument] = OrderedDict()
+
+    # --- publishing --------------------------------------------------------------
+
+    async def _insert(self, conn: AsyncConnection, doc: PriceDocument, actor: Actor, action: str) -> PriceVersion:
+        effective_at = doc.effective_at or datetime.now(UTC)
+        stored = msgspec.structs.replace(doc, effective_at=effective_at)
+        builtins = document_to_builtins(stored)
+        row = await repository.insert(
+            conn,
+            content_hash=content_hash(stored),
+            currency=doc.currency,
+            effective_at=effective_at,
+            source=doc.source,
+            document=msgspec.json.encode(builtins).decode(),
+            published_by=actor.identity,
+        )
+        await audit.record(
+            conn,
+            actor=actor.identity,
+            role=actor.role,
+            action=action,
+            target=row.version,
+            reason=doc.source or None,
+            details={"content_hash": row.content_hash, "effective_at": iso(effective_at),
+                     "models": [m.model for m in doc.models]},
+            request_id=actor.request_id,
+        )
+        return PriceVersion(
+            version=row.version,
+            content_hash=row.content_hash,
+            currency=row.currency.strip(),
+            effective_at=iso(row.effective_at),
+            source=row.source,
+            published_by=row.published_by,
+            published_at=iso(row.published_at),
+            models=[m.model for m in doc.models],
+        )
+
+    async def publish(self, doc: PriceDocument, actor: Actor) -> PriceVersion:
+        async def work(conn: AsyncConnection) -> PriceVersion:
+            await repository.lock_publishing(conn)
+            return await self._insert(conn, doc, actor, "prices.publish")
+
+        return await transaction(self.engine, work)
+
+    async def publish_raw(self, raw: bytes, actor: Actor) -> PriceVersion:
+        try:
+            doc = parse_price_document(raw)
+        except pricing_errors.PriceDocumentInvalid as error:
+            raise translate_pricing_error(error) from error
+        return await self.publish(doc, actor)
+
+    async def publish_if_changed(
+        self, doc: PriceDocument, actor: Actor, *, max_factor: Decimal, force: bool = False
+    ) -> PublishResult:
+        async def work(conn: AsyncConnection) -> PublishResult:
+            await repository.lock_publishing(conn)
+            latest = await repository.latest(conn, doc.currency)
+            if latest is None:
+                version = await self._insert(conn, doc, actor, "prices.refresh")
+                return PublishResult(published=True, version=version, reason="first version for this currency")
+            if latest.content_hash == content_hash(doc):
+                return PublishResult(published=False, version=view(latest), reason="content unchanged")
+            previous = parse_price_document(latest.document)
+            changes = diff_to_builtins(compare_documents(previous, doc))
+            too_far = excessive_changes(previous, doc, max_factor)
+            refused = [
+                {"model": c.model, "table": c.table, "category": c.category,
+                 "old": None if c.old is None else f"{c.old}", "new": None if c.new is None else f"{c.new}"}
+                for c in too_far
+            ]
+            if refused and not force:
+                return PublishResult(
+                    published=False,
+                    version=view(latest),
+                    reason=f"refused: {len(refused)} rate(s) move by more than {max_factor}x; use --force",
+                    changes=[changes],
+                    refused_changes=refused,
+                )
+            version = await self._insert(conn, doc, actor, "prices.refresh")
+            return PublishResult(published=True, version=version, reason="content changed",
+                                 changes=[changes], refused_changes=refused)
+
+        return await transaction(self.engine, work)
+
+    async def seed_if_empty(self, doc: PriceDocument, actor: Actor) -> PriceVersion | None:
+        """Publish `doc` only when no version exists at all (first start of a new database)."""
+
+        async def work(conn: AsyncConnection) -> PriceVersion | None:
+            await repository.lock_publishing(conn)
+            if await repository.count(conn) > 0:
+                return None
+            return await self._insert(conn, doc, actor, "prices.seed")
+
+        return await transaction(self.engine, work)
+
+    # --- reading -----------------------------------------------------------------
+
+    async def get(self, version: str) -> PriceVersion:
+        async with read_only(self.engine) as conn:
+            row = await repository.get(conn, version)
+        if row is None:
+            raise PriceVersionNotFound(f"price version {version!r} does not exist", param="version")
+        return view(row, with_document=True)
+
+    async def list(self, *, cursor: str | None, limit: int) -> tuple[list[PriceVersion], str | None]:
+        before = int(cursor[1:]) if cursor and cursor[1:].isdigit() else None
+        async with read_only(self.engine) as conn:
+            rows = await repository.list_page(conn, before=before, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [view(r) for r in rows], (rows[-1].version if more and rows else None)
+
+    async def document(self, conn: AsyncConnection, version: str) -> PriceDocument:
+        doc = self._cache.get(version)
+        if doc is not None:
+            self._cache.move_to_end(version)
+            return doc
+        row = await repository.get(conn, version)
+        if row is None:
+            raise PriceVersionNotFound(f"price version {version!r} does not exist", param="price_version")
+        doc = parse_price_document(row.document)
+        self._cache[version] = doc
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return doc
+
+    async def resolve(
+        self, conn: AsyncConnection, *, currency: str, model: str, pinned: str | None, at: datetime | None = None
+    ) -> tuple[str, ModelPrice]:
+        """The price version to use and the model's price in it (404 pinned-unknown, 503 none)."""
+        if pinned is not None:
+            version = pinned
+        else:
+            active = await repository.active_version(conn, currency, at or datetime.now(UTC))
+            if active is None:
+                raise PricingUnavailable(f"no price version is active for {currency}", param="model")
+            version = active
+        doc = await self.document(conn, version)
+        if doc.currency != currency:
+            raise PricingUnavailable(
+                f"price version {version} prices in {doc.currency}, not {currency}", param="price_version"
+            )
+        try:
+            return version, doc.model(model)
+        except pricing_errors.ModelNotPriced as error:
+            raise translate_pricing_error(error) from error
+
+    # --- quoting -----------------------------------------------------------------
+
+    async def quote(self, body: QuoteRequest) -> ChargeQuote | ReservationQuote:
+        sizing = (body.max_output_tokens, body.max_input_tokens, body.n)
+        if body.usage is not None and any(v is not None for v in sizing):
+            raise ValidationFailed("give either usage or the reservation fields, not both", param="usage")
+        async with read_only(self.engine) as conn:
+            version, price = await self.resolve(
+                conn, currency=body.currency, model=body.model, pinned=body.price_version
+            )
+        try:
+            if body.usage is not None:
+                charge = compute_charge(price, parse_usage(body.usage))
+                return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(charge))
+            reservation = size_reservation(
+                price, max_input_tokens=body.max_input_tokens, max_output_tokens=body.max_output_tokens, n=body.n
+            )
+        except pricing_errors.PricingInputError as error:
+            raise translate_pricing_error(error) from error
+        return ReservationQuote(
+            model=body.model, price_version=version, reservation=reservation_to_builtins(reservation)
+        )
