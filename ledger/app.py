@@ -19,6 +19,8 @@ from ledger import __version__
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
 from ledger.db import make_engine
+from ledger.holds.controller import AdminHoldController, GatewayHoldController
+from ledger.holds.service import HoldService
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.middleware import request_context_middleware
@@ -34,6 +36,8 @@ CONTROLLERS: list[Any] = [
     GatewayAccountController,
     AdminPriceController,
     GatewayQuoteController,
+    GatewayHoldController,
+    AdminHoldController,
 ]
 
 
@@ -52,6 +56,7 @@ def create_app(
         app.state.tokens = TokenRegistry(settings)
         app.state.accounts = AccountService(engine)
         app.state.prices = PriceService(engine)
+        app.state.holds = HoldService(engine, app.state.prices, settings)
         try:
             yield
         finally:

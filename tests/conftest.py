@@ -116,3 +116,51 @@ def assert_integrity(client: TestClient[Any]) -> dict[str, Any]:
     body: dict[str, Any] = r.json()
     assert body["ok"] is True, body
     return body
+
+
+@pytest.fixture(scope="session")
+def contract_version(client: TestClient[Any]) -> str:
+    """The contract's example price document, published once for the session (USD)."""
+    from pricing.examples import contract_price_document
+
+    r = client.post("/admin/v1/price-versions", json=contract_price_document(), headers=auth(FINANCE))
+    assert r.status_code == 201, r.text
+    version: str = r.json()["version"]
+    return version
+
+
+_used_currencies: set[str] = set()
+
+
+def fresh_currency() -> str:
+    """A currency code no other test uses, so a test may publish prices without moving anyone else's."""
+    import random
+    import string
+
+    while True:
+        code = "X" + "".join(random.choices(string.ascii_uppercase, k=2))
+        if code not in _used_currencies and code != "XXX":
+            _used_currencies.add(code)
+            return code
+
+
+def publish(client: TestClient[Any], document: dict[str, Any]) -> str:
+    r = client.post("/admin/v1/price-versions", json=document, headers=auth(FINANCE))
+    assert r.status_code == 201, r.text
+    version: str = r.json()["version"]
+    return version
+
+
+def simple_document(currency: str, *, input_rate: str = "2", output_rate: str = "10", effective_at: str | None = None,
+                    model: str = "t-simple", max_input: int = 1000, max_output: int = 500) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "currency": currency,
+        "source": "test sheet",
+        "models": [
+            {"model": model, "max_input_tokens": max_input, "max_output_tokens": max_output,
+             "rates": {"input": input_rate, "output": output_rate}},
+        ],
+    }
+    if effective_at:
+        doc["effective_at"] = effective_at
+    return doc

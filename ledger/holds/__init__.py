@@ -1,0 +1,1 @@
+"""Holds: reserve, checkpoint, interrupt, settle, release, and true-ups of late settles."""

@@ -1,0 +1,118 @@
+"""HTTP shape of holds: the gateway's lifecycle calls and the admin's list / force settle / release."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.params import Parameter
+
+from ledger.errors import InvalidJson, ValidationFailed
+from ledger.holds.schemas import (
+    AdminReleaseRequest,
+    AdminSettleRequest,
+    Hold,
+    InterruptRequest,
+    ReserveRequest,
+    UsageRequest,
+)
+from ledger.holds.service import HoldService
+from ledger.http.auth import admin_guard, gateway_guard
+from ledger.http.request import actor_of
+from ledger.schemas import Page
+
+HoldState = Literal["open", "interrupted", "settled", "released"]
+
+
+def service(request: Request[Any, Any, Any]) -> HoldService:
+    svc: HoldService = request.app.state.holds
+    return svc
+
+
+async def optional_body(request: Request[Any, Any, Any], kind: type[Any]) -> Any:
+    """Decode an optional JSON body: empty means defaults; anything else is validated strictly."""
+    raw = await request.body()
+    if not raw.strip():
+        return kind()
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as error:
+        message = str(error)
+        param = message.split("`$.", 1)[1].rstrip("`") if "`$." in message else None
+        if "unknown field" in message:
+            param = message.split("`")[1]
+        raise ValidationFailed(message.split(" - at ")[0], param=param) from error
+    except msgspec.DecodeError as error:
+        raise InvalidJson(f"request body is not valid JSON: {error}") from error
+
+
+class GatewayHoldController(Controller):
+    path = "/v1/holds"
+    guards = [gateway_guard]
+    tags = ["gateway: holds"]
+
+    @post("/", summary="Reserve credit for a request's worst case (idempotent)")
+    async def reserve(self, request: Request[Any, Any, Any], data: ReserveRequest) -> Response[Hold]:
+        hold, created = await service(request).reserve(data, actor_of(request))
+        return Response(hold, status_code=201 if created else 200)
+
+    @get("/{hold_id:str}", summary="A hold with its state, amounts, pinned price version, usage and charge")
+    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+        return await service(request).get(hold_id)
+
+    @post("/{hold_id:str}/usage", status_code=200, summary="Streaming checkpoint: cumulative usage so far")
+    async def checkpoint(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
+        return await service(request).checkpoint(hold_id, data.usage, actor_of(request))
+
+    @post("/{hold_id:str}/settle", status_code=200, summary="Final usage: charge it, release the rest")
+    async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
+        return await service(request).settle(hold_id, data.usage, actor_of(request))
+
+    @post("/{hold_id:str}/interrupt", status_code=200, summary="The stream broke; keep the hold, record usage seen")
+    async def interrupt(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+        body: InterruptRequest = await optional_body(request, InterruptRequest)
+        return await service(request).interrupt(hold_id, body.usage, actor_of(request))
+
+    @post("/{hold_id:str}/release", status_code=200, summary="Nothing was produced: release in full")
+    async def release(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+        return await service(request).release(hold_id, actor_of(request))
+
+
+class AdminHoldController(Controller):
+    path = "/admin/v1/holds"
+    guards = [admin_guard]
+    tags = ["admin: holds"]
+
+    @get("/", summary="Holds by state, account and age (oldest first)")
+    async def list_holds(
+        self,
+        request: Request[Any, Any, Any],
+        hold_state: Annotated[HoldState | None, Parameter(query="state", default=None)],
+        account_id: Annotated[str | None, Parameter(default=None)],
+        older_than_seconds: Annotated[int | None, Parameter(default=None, ge=0)],
+        limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
+        cursor: Annotated[str | None, Parameter(default=None)],
+    ) -> Page:
+        older_than = (
+            datetime.now(UTC) - timedelta(seconds=older_than_seconds) if older_than_seconds is not None else None
+        )
+        data, next_cursor = await service(request).list(
+            state=hold_state, account_id=account_id, older_than=older_than, cursor=cursor, limit=limit
+        )
+        return Page(data=data, next_cursor=next_cursor)
+
+    @get("/{hold_id:str}", summary="One hold")
+    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+        return await service(request).get(hold_id)
+
+    @post("/{hold_id:str}/settle", opt={"role": "finance"}, status_code=200,
+          summary="Force settle with given usage, or the largest seen (reason required)")
+    async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: AdminSettleRequest) -> Hold:
+        return await service(request).admin_settle(hold_id, data.usage, actor_of(request), reason=data.reason)
+
+    @post("/{hold_id:str}/release", opt={"role": "finance"}, status_code=200,
+          summary="Force release in full (reason required)")
+    async def release(self, request: Request[Any, Any, Any], hold_id: str, data: AdminReleaseRequest) -> Hold:
+        return await service(request).release(hold_id, actor_of(request), reason=data.reason)

@@ -1,0 +1,68 @@
+"""Request and response Structs of the holds domain."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from ledger.prices.schemas import Completions, ModelName, TokenCount, VersionId
+from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
+
+TtlSeconds = Annotated[int, Meta(ge=1, le=86400)]
+
+
+class ReserveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    account_id: AccountId
+    idempotency_key: IdempotencyKey
+    model: ModelName
+    max_output_tokens: TokenCount | None = None
+    max_input_tokens: TokenCount | None = None
+    n: Completions | None = None
+    price_version: VersionId | None = None
+    ttl_seconds: TtlSeconds | None = None
+    metadata: Metadata = {}
+
+
+class UsageRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    usage: dict[str, Any]
+
+
+class InterruptRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    usage: dict[str, Any] | None = None
+
+
+class AdminSettleRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    reason: Reason
+    usage: dict[str, Any] | None = None
+
+
+class AdminReleaseRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    reason: Reason
+
+
+class Hold(msgspec.Struct, frozen=True):
+    id: str
+    account_id: str
+    idempotency_key: str
+    state: str
+    model: str
+    price_version: str
+    amount: str
+    currency: str
+    reservation: dict[str, Any]
+    ttl_seconds: int
+    expires_at: str
+    created_at: str
+    updated_at: str
+    metadata: Metadata
+    usage: dict[str, Any] | None
+    charge: dict[str, Any] | None
+    released: str | None
+    overage: str | None
+    true_up: str | None
+    resolved_by: str | None
+    resolved_reason: str | None
+    resolved_at: str | None
+    interrupted_at: str | None

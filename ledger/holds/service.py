@@ -1,0 +1,408 @@
+"""The hold lifecycle: the gateway's hot path, twice per model request.
+
+Invariants:
+- every operation locks the hold's account row first (the only lock it waits on),
+  then reads the hold fresh, decides, writes, and commits in one transaction;
+  concurrent reserves on one account therefore serialize and can never together
+  exceed `available`, and settle racing release has exactly one winner;
+- a hold is charged at the price version it pinned at reservation;
+- the charge follows usage even past the hold (the account may go below zero;
+  `overage` shows by how much the charge exceeded the reservation);
+- a settle from the gateway after the reconciler or an admin resolved the hold is
+  a true-up: a new transaction for the difference, so the final charge always
+  equals the gateway's authoritative usage;
+- a refused request raises before commit and changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ledger.audit import repository as audit
+from ledger.context import Actor
+from ledger.db import read_only, transaction
+from ledger.errors import (
+    AccountNotFound,
+    HoldNotFound,
+    HoldStateConflict,
+    IdempotencyConflict,
+    InsufficientFunds,
+    PricingUnavailable,
+    UsageInvalid,
+)
+from ledger.holds import repository
+from ledger.holds.postings import moves_money, release_legs, reserve_legs, settle_legs, true_up_legs
+from ledger.holds.schemas import Hold, ReserveRequest
+from ledger.idempotency import request_hash
+from ledger.ids import parse_uuid, uuid7
+from ledger.journal import repository as journal
+from ledger.metrics import MONEY_MOVEMENTS
+from ledger.prices.service import PriceService, translate_pricing_error
+from ledger.schemas import iso
+from ledger.settings import Settings
+from pricing import errors as pricing_errors
+from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
+from pricing.money import format_amount
+from pricing.usage import Usage, parse_usage, usage_grows_from
+
+UNRESOLVED = ("open", "interrupted")
+
+
+def _amount(value: Decimal | None) -> str | None:
+    return None if value is None else format_amount(value)
+
+
+def view(row: Any) -> Hold:
+    return Hold(
+        id=str(row.id),
+        account_id=row.account_id,
+        idempotency_key=row.idempotency_key,
+        state=row.state,
+        model=row.model,
+        price_version=row.price_version,
+        amount=format_amount(row.amount),
+        currency=row.currency.strip(),
+        reservation=row.reservation,
+        ttl_seconds=row.ttl_seconds,
+        expires_at=iso(row.expires_at),
+        created_at=iso(row.created_at),
+        updated_at=iso(row.updated_at),
+        metadata=row.metadata,
+        usage=row.usage,
+        charge=row.charge,
+        released=_amount(row.released),
+        overage=_amount(row.overage),
+        true_up=_amount(row.true_up),
+        resolved_by=row.resolved_by,
+        resolved_reason=row.resolved_reason,
+        resolved_at=iso(row.resolved_at) if row.resolved_at else None,
+        interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
+    )
+
+
+def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:
+    try:
+        return parse_usage(raw, param_prefix=param)
+    except pricing_errors.UsageInvalid as error:
+        raise UsageInvalid(error.message, param=error.param or param) from error
+
+
+def priced_counts(usage: Usage) -> tuple[int, ...]:
+    """What decides the bill: two usages with equal counts are 'the same usage'."""
+    return (
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.cached_tokens,
+        usage.cache_write_tokens,
+        usage.cache_write_5m,
+        usage.cache_write_1h,
+    )
+
+
+def hold_id_of(value: str) -> UUID:
+    hold_id = parse_uuid(value)
+    if hold_id is None:
+        raise HoldNotFound(f"hold {value!r} does not exist")
+    return hold_id
+
+
+class HoldService:
+    def __init__(self, engine: AsyncEngine, prices: PriceService, settings: Settings) -> None:
+        self.engine = engine
+        self.prices = prices
+        self.settings = settings
+
+    # --- reserve -------------------------------------------------------------------
+
+    async def reserve(self, body: ReserveRequest, actor: Actor) -> tuple[Hold, bool]:
+        digest = request_hash("reserve", body)
+        ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
+
+        async def work(conn: AsyncConnection) -> tuple[Hold, bool]:
+            account = await repository.lock_for_reserve(conn, body.account_id, body.idempotency_key)
+            if account is None:
+                raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+            if account.existing_id is not None:
+                if account.existing_hash != digest:
+                    raise IdempotencyConflict(
+                        f"idempotency_key {body.idempotency_key!r} was already used with a different request",
+                        param="idempotency_key",
+                    )
+                return view(await repository.get(conn, account.existing_id)), False
+            currency = account.currency.strip()
+            version = body.price_version or account.active_version
+            if version is None:
+                raise PricingUnavailable(f"no price version is active for {currency}", param="model")
+            version, price = await self.prices.resolve(
+                conn, currency=currency, model=body.model, pinned=version
+            )
+            try:
+                reservation = size_reservation(
+                    price,
+                    max_input_tokens=body.max_input_tokens,
+                    max_output_tokens=body.max_output_tokens,
+                    n=body.n,
+                )
+            except pricing_errors.PricingInputError as error:
+                raise translate_pricing_error(error) from error
+            breakdown = reservation_to_builtins(reservation)
+            available = account.balance + account.credit_limit - account.held
+            if available < reservation.amount:
+                raise InsufficientFunds(
+                    f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "
+                    f"{format_amount(available)} {currency}",
+                    extra={
+                        "required": format_amount(reservation.amount),
+                        "available": format_amount(available),
+                        "currency": currency,
+                        "reservation": breakdown,
+                    },
+                )
+            hold_id = uuid7()
+            row = await repository.insert(
+                conn,
+                hold_id=hold_id,
+                account_id=body.account_id,
+                key=body.idempotency_key,
+                request_hash=digest,
+                model=body.model,
+                price_version=version,
+                currency=currency,
+                amount=reservation.amount,
+                reservation=breakdown,
+                ttl=ttl,
+                metadata=body.metadata,
+            )
+            legs = reserve_legs(body.account_id, reservation.amount)
+            if moves_money(legs):
+                await journal.post(
+                    conn, kind="reserve", account_id=body.account_id, currency=currency, legs=legs,
+                    actor=actor.identity, hold_id=hold_id,
+                )
+            return view(row), True
+
+        result = await transaction(self.engine, work)
+        if result[1]:
+            MONEY_MOVEMENTS.labels("reserve").inc()
+        return result
+
+    # --- reads ---------------------------------------------------------------------
+
+    async def get(self, hold_ref: str) -> Hold:
+        hold_id = hold_id_of(hold_ref)
+        async with read_only(self.engine) as conn:
+            row = await repository.get(conn, hold_id)
+        if row is None:
+            raise HoldNotFound(f"hold {hold_ref!r} does not exist")
+        return view(row)
+
+    async def list(
+        self, *, state: str | None, account_id: str | None, older_than: datetime | None, cursor: str | None,
+        limit: int,
+    ) -> tuple[list[Hold], str | None]:
+        after = parse_uuid(cursor) if cursor else None
+        async with read_only(self.engine) as conn:
+            rows = await repository.list_page(
+                conn, state=state, account_id=account_id, older_than=older_than, after=after, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [view(r) for r in rows], (str(rows[-1].id) if more and rows else None)
+
+    # --- the locked step shared by every change ----------------------------------------
+
+    async def _locked(
+        self, hold_ref: str, actor: Actor, step: Any, *, kind: str | None = None
+    ) -> Hold:
+        hold_id = hold_id_of(hold_ref)
+
+        async def work(conn: AsyncConnection) -> Hold:
+            account = await repository.lock_account_of(conn, hold_id)
+            if account is None:
+                raise HoldNotFound(f"hold {hold_ref!r} does not exist")
+            hold = await repository.get(conn, hold_id)
+            row = await step(conn, account, hold)
+            return view(row)
+
+        result = await transaction(self.engine, work)
+        if kind:
+            MONEY_MOVEMENTS.labels(kind).inc()
+        return result
+
+    # --- checkpoint and interrupt (no money moves) ------------------------------------------
+
+    def _grown(self, hold: Any, raw: dict[str, Any] | None) -> Usage | None:
+        if raw is None:
+            return None
+        usage = parse(raw)
+        if hold.usage is not None:
+            shrunk = usage_grows_from(parse(hold.usage), usage)
+            if shrunk is not None:
+                raise UsageInvalid(
+                    f"cumulative usage may only grow: {shrunk} is smaller than the last checkpoint's",
+                    param=f"usage.{shrunk}",
+                )
+        return usage
+
+    async def checkpoint(self, hold_ref: str, raw: dict[str, Any], actor: Actor) -> Hold:
+        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+            if hold.state != "open":
+                raise HoldStateConflict(f"hold is {hold.state}; checkpoints are taken only while open")
+            usage = self._grown(hold, raw)
+            assert usage is not None
+            return await repository.update(conn, hold.id, usage=usage.raw, expires_at="extend")
+
+        return await self._locked(hold_ref, actor, step)
+
+    async def interrupt(self, hold_ref: str, raw: dict[str, Any] | None, actor: Actor) -> Hold:
+        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+            if hold.state not in UNRESOLVED:
+                raise HoldStateConflict(f"hold is already {hold.state}")
+            usage = self._grown(hold, raw)
+            changes: dict[str, Any] = {"state": "interrupted"}
+            if hold.state == "open":
+                changes["interrupted_at"] = "now"
+            if usage is not None:
+                changes["usage"] = usage.raw
+            return await repository.update(conn, hold.id, **changes)
+
+        return await self._locked(hold_ref, actor, step)
+
+    # --- settle ----------------------------------------------------------------------
+
+    async def settle(self, hold_ref: str, raw: dict[str, Any], actor: Actor, *, reason: str | None = None) -> Hold:
+        usage = parse(raw)
+
+        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+            return await self.settle_locked(conn, hold, usage, actor, reason=reason)
+
+        return await self._locked(hold_ref, actor, step, kind="settle")
+
+    async def _charge(self, conn: AsyncConnection, hold: Any, usage: Usage) -> Any:
+        doc = await self.prices.document(conn, hold.price_version)
+        try:
+            return compute_charge(doc.model(hold.model), usage)
+        except (pricing_errors.PricingInputError, pricing_errors.ModelNotPriced) as error:
+            raise translate_pricing_error(error) from error
+
+    async def settle_locked(
+        self, conn: AsyncConnection, hold: Any, usage: Usage, actor: Actor, *, reason: str | None
+    ) -> Any:
+        """Settle (or true up) a hold whose account row the caller has locked."""
+        gateway = actor.kind == "gateway"
+        if hold.state in UNRESOLVED:
+            charge = await self._charge(conn, hold, usage)
+            held, amount = hold.amount, charge.amount
+            legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
+            if moves_money(legs):
+                await journal.post(
+                    conn, kind="settle", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
+                    actor=actor.identity, hold_id=hold.id, reason=reason,
+                )
+            await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
+            return await repository.update(
+                conn,
+                hold.id,
+                state="settled",
+                usage=usage.raw,
+                gateway_usage=usage.raw if gateway else None,
+                charge=charge_to_builtins(charge),
+                charged=amount,
+                released=max(held - amount, Decimal(0)),
+                overage=max(amount - held, Decimal(0)),
+                resolved_by=actor.kind,
+                resolved_reason=reason,
+                resolved_at="now",
+            )
+        if not gateway:
+            raise HoldStateConflict(f"hold is already {hold.state} (resolved by {hold.resolved_by})")
+        if hold.gateway_usage is not None:
+            if priced_counts(parse(hold.gateway_usage)) == priced_counts(usage):
+                return hold  # the same settle again: the same result
+            raise HoldStateConflict("hold was already settled with different usage")
+        if hold.state == "released" and hold.resolved_by == "gateway":
+            raise HoldStateConflict("hold was released by the gateway; it cannot be settled")
+        # Resolved by the reconciler or an admin: apply the authoritative usage as a true-up.
+        charge = await self._charge(conn, hold, usage)
+        previous = hold.charged or Decimal(0)
+        difference = charge.amount - previous
+        legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
+        if moves_money(legs):
+            await journal.post(
+                conn, kind="true_up", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
+                actor=actor.identity, hold_id=hold.id, reason=f"late settle after {hold.resolved_by}",
+            )
+        return await repository.update(
+            conn,
+            hold.id,
+            state="settled",
+            usage=usage.raw,
+            gateway_usage=usage.raw,
+            charge=charge_to_builtins(charge),
+            charged=charge.amount,
+            overage=max(charge.amount - hold.amount, Decimal(0)),
+            true_up=(hold.true_up or Decimal(0)) + difference,
+        )
+
+    # --- release -------------------------------------------------------------------------
+
+    async def release(self, hold_ref: str, actor: Actor, *, reason: str | None = None) -> Hold:
+        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+            return await self.release_locked(conn, hold, actor, reason=reason)
+
+        return await self._locked(hold_ref, actor, step, kind="release")
+
+    async def release_locked(self, conn: AsyncConnection, hold: Any, actor: Actor, *, reason: str | None) -> Any:
+        if hold.state == "released":
+            return hold  # releasing twice is not an error
+        if hold.state == "settled":
+            raise HoldStateConflict("hold is already settled; it cannot be released")
+        legs = release_legs(hold.account_id, hold.amount)
+        if moves_money(legs):
+            await journal.post(
+                conn, kind="release", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
+                actor=actor.identity, hold_id=hold.id, reason=reason,
+            )
+        await self._audit(conn, actor, "hold.release", hold, reason, {"released": format_amount(hold.amount)})
+        return await repository.update(
+            conn,
+            hold.id,
+            state="released",
+            released=hold.amount,
+            resolved_by=actor.kind,
+            resolved_reason=reason,
+            resolved_at="now",
+        )
+
+    # --- admin ------------------------------------------------------------------------------
+
+    async def admin_settle(
+        self, hold_ref: str, raw: dict[str, Any] | None, actor: Actor, *, reason: str
+    ) -> Hold:
+        given = parse(raw) if raw is not None else None
+
+        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+            if hold.state not in UNRESOLVED:
+                raise HoldStateConflict(f"hold is already {hold.state}; use an adjustment to correct it")
+            usage = given or (parse(hold.usage) if hold.usage is not None else None)
+            if usage is None:
+                raise UsageInvalid("no usage was seen for this hold: give usage, or release it", param="usage")
+            return await self.settle_locked(conn, hold, usage, actor, reason=reason)
+
+        return await self._locked(hold_ref, actor, step, kind="settle")
+
+    async def _audit(
+        self, conn: AsyncConnection, actor: Actor, action: str, hold: Any, reason: str | None,
+        details: dict[str, Any],
+    ) -> None:
+        if actor.kind != "admin":
+            return  # the gateway's and reconciler's actions are on the hold and the journal
+        await audit.record(
+            conn, actor=actor.identity, role=actor.role, action=action, target=str(hold.id), reason=reason,
+            details={"account_id": hold.account_id, **details}, request_id=actor.request_id,
+        )
