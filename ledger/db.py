@@ -30,6 +30,11 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+# A unique violation on an idempotency key means a concurrent request with the same
+# key committed first. Under READ COMMITTED a statement that waited for the account
+# lock re-checks only the locked row, so its own idempotency lookup can be stale: the
+# retry (a fresh statement) finds the committed record and answers a replay or a 409.
+RETRYABLE_CONSTRAINTS = {"holds_account_key", "idempotency_keys_pkey"}
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
@@ -51,6 +56,17 @@ def sqlstate(error: BaseException) -> str | None:
     if isinstance(error, psycopg.Error):
         return error.sqlstate
     return None
+
+
+def retryable(error: BaseException) -> bool:
+    state = sqlstate(error)
+    if state in RETRYABLE_SQLSTATES:
+        return True
+    if state == "23505":
+        orig = getattr(error, "orig", None)
+        diag = getattr(orig, "diag", None)
+        return getattr(diag, "constraint_name", None) in RETRYABLE_CONSTRAINTS
+    return False
 
 
 def is_unreachable(error: BaseException) -> bool:
@@ -76,9 +92,8 @@ async def transaction(
         except LedgerError:
             raise
         except (sa_exc.DBAPIError, OSError, sa_exc.TimeoutError) as error:
-            state = sqlstate(error)
-            if state in RETRYABLE_SQLSTATES and attempt < attempts:
-                log.warning("db.retry", sqlstate=state, attempt=attempt)
+            if retryable(error) and attempt < attempts:
+                log.info("db.retry", sqlstate=sqlstate(error), attempt=attempt)
                 await asyncio.sleep(0.002 * attempt)
                 continue
             if is_unreachable(error):

@@ -23,6 +23,11 @@ DEV_ADMIN_TOKENS: tuple[tuple[str, Role], ...] = (
 )
 
 
+# Embedded-mode defaults of the reconciliation job (see docs/workers.md).
+EMBEDDED_RECONCILE_GRACE = 5
+EMBEDDED_RECONCILE_INTERVAL = 5
+
+
 class SettingsError(ValueError):
     """A `LEDGER_*` variable has a value that cannot be used."""
 
@@ -49,6 +54,9 @@ class Settings:
     reconcile_cron: str
     price_refresh_cron: str
     integrity_cron: str
+    # Seconds between reconcile ticks; 0 means "use reconcile_cron". Embedded mode
+    # defaults to 5 so a development server resolves orphaned holds within seconds.
+    reconcile_interval_seconds: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -130,7 +138,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         log_level=env.get("LEDGER_LOG_LEVEL", "info").upper(),
         db_pool_size=_int(env, "LEDGER_DB_POOL_SIZE", 20, minimum=1),
         db_max_overflow=_int(env, "LEDGER_DB_MAX_OVERFLOW", 10, minimum=0),
-        reconcile_grace_seconds=_int(env, "LEDGER_RECONCILE_GRACE_SECONDS", 60),
+        # Embedded (development) mode waits 5 s past expiry before reconciling, so the
+        # orphaned-hold demo finishes in seconds; a configured deployment waits 60 s.
+        reconcile_grace_seconds=_int(
+            env, "LEDGER_RECONCILE_GRACE_SECONDS", EMBEDDED_RECONCILE_GRACE if database_url is None else 60
+        ),
         reconcile_batch_size=_int(env, "LEDGER_RECONCILE_BATCH_SIZE", 100, minimum=1),
         default_hold_ttl_seconds=_int(env, "LEDGER_DEFAULT_HOLD_TTL_SECONDS", 600, minimum=1),
         price_sources=_list(env.get("LEDGER_PRICE_SOURCES")) or (default_sources,),
@@ -138,4 +150,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         reconcile_cron=env.get("LEDGER_RECONCILE_CRON", "* * * * *"),
         price_refresh_cron=env.get("LEDGER_PRICE_REFRESH_CRON", "17 * * * *"),
         integrity_cron=env.get("LEDGER_INTEGRITY_CRON", "*/5 * * * *"),
+        reconcile_interval_seconds=_int(
+            env, "LEDGER_RECONCILE_INTERVAL_SECONDS", EMBEDDED_RECONCILE_INTERVAL if database_url is None else 0
+        ),
     )

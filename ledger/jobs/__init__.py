@@ -1,0 +1,1 @@
+"""The recorded results of background jobs (integrity, price refresh, reconcile)."""
