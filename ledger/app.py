@@ -27,6 +27,8 @@ from ledger.http.middleware import request_context_middleware
 from ledger.ops.controller import AdminOpsController, HealthController
 from ledger.prices.controller import AdminPriceController, GatewayQuoteController
 from ledger.prices.service import PriceService
+from ledger.reconciliation.controller import AdminReconciliationController
+from ledger.reconciliation.service import ReconciliationService
 from ledger.settings import Settings
 
 CONTROLLERS: list[Any] = [
@@ -38,6 +40,7 @@ CONTROLLERS: list[Any] = [
     GatewayQuoteController,
     GatewayHoldController,
     AdminHoldController,
+    AdminReconciliationController,
 ]
 
 
@@ -57,6 +60,7 @@ def create_app(
         app.state.accounts = AccountService(engine)
         app.state.prices = PriceService(engine)
         app.state.holds = HoldService(engine, app.state.prices, settings)
+        app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
         try:
             yield
         finally:

@@ -54,6 +54,10 @@ class PriceVersionNotFound(NotFound):
     code = "price_version_not_found"
 
 
+class ReconciliationRunNotFound(NotFound):
+    code = "reconciliation_run_not_found"
+
+
 class RouteNotFound(NotFound):
     code = "route_not_found"
 

@@ -38,6 +38,7 @@ from ledger.schemas import iso
 from pricing import errors as pricing_errors
 from pricing.diff import compare_documents, diff_to_builtins, excessive_changes
 from pricing.document import ModelPrice, PriceDocument, content_hash, document_to_builtins, parse_price_document
+from pricing.money import format_amount
 from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
 from pricing.usage import parse_usage
 
@@ -148,7 +149,8 @@ class PriceService:
             too_far = excessive_changes(previous, doc, max_factor)
             refused = [
                 {"model": c.model, "table": c.table, "category": c.category,
-                 "old": None if c.old is None else f"{c.old}", "new": None if c.new is None else f"{c.new}"}
+                 "old": None if c.old is None else format_amount(c.old),
+                 "new": None if c.new is None else format_amount(c.new)}
                 for c in too_far
             ]
             if refused and not force:
