@@ -11,7 +11,7 @@ from litestar.params import Parameter
 from ledger.accounts.schemas import Account, AdjustmentRequest, Balance, CreateAccount, DepositRequest, Movement
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
-from ledger.http.body import body_schema, read
+from ledger.http.body import read
 from ledger.http.request import actor_of
 from ledger.schemas import Page, as_utc
 
@@ -30,7 +30,7 @@ class AdminAccountController(Controller):
     tags = ["admin: accounts"]
 
     @post("/", opt={"role": "finance"}, status_code=201, summary="Open an account")
-    async def create(self, request: Request[Any, Any, Any]) -> Account:
+    async def create(self, request: Request[Any, Any, Any], data: CreateAccount) -> Account:
         data = await read(request, CreateAccount)
         return await service(request).create(data, actor_of(request))
 
@@ -52,13 +52,13 @@ class AdminAccountController(Controller):
         return await service(request).balance(account_id, as_utc(as_of) if as_of else None)
 
     @post("/{account_id:str}/deposits", opt={"role": "finance"}, summary="Deposit (idempotent)")
-    async def deposit(self, request: Request[Any, Any, Any], account_id: str) -> Response[Movement]:
+    async def deposit(self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest) -> Response[Movement]:
         data = await read(request, DepositRequest)
         movement, created = await service(request).deposit(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @post("/{account_id:str}/adjustments", opt={"role": "finance"}, summary="Adjust (signed, with reason)")
-    async def adjust(self, request: Request[Any, Any, Any], account_id: str) -> Response[Movement]:
+    async def adjust(self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest) -> Response[Movement]:
         data = await read(request, AdjustmentRequest)
         movement, created = await service(request).adjust(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
@@ -79,7 +79,3 @@ class GatewayAccountController(Controller):
     async def balance(self, request: Request[Any, Any, Any], account_id: str) -> Balance:
         return await service(request).balance(account_id)
 
-
-body_schema("post", "/admin/v1/accounts", CreateAccount)
-body_schema("post", "/admin/v1/accounts/{account_id}/deposits", DepositRequest)
-body_schema("post", "/admin/v1/accounts/{account_id}/adjustments", AdjustmentRequest)

@@ -18,7 +18,7 @@ from ledger.holds.schemas import (
 )
 from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
-from ledger.http.body import body_schema, read
+from ledger.http.body import read
 from ledger.http.request import actor_of
 from ledger.schemas import Page
 
@@ -36,7 +36,7 @@ class GatewayHoldController(Controller):
     tags = ["gateway: holds"]
 
     @post("/", summary="Reserve credit for a request's worst case (idempotent)")
-    async def reserve(self, request: Request[Any, Any, Any]) -> Response[Hold]:
+    async def reserve(self, request: Request[Any, Any, Any], data: ReserveRequest) -> Response[Hold]:
         data = await read(request, ReserveRequest)
         hold, created = await service(request).reserve(data, actor_of(request))
         return Response(hold, status_code=201 if created else 200)
@@ -46,17 +46,19 @@ class GatewayHoldController(Controller):
         return await service(request).get(hold_id)
 
     @post("/{hold_id:str}/usage", status_code=200, summary="Streaming checkpoint: cumulative usage so far")
-    async def checkpoint(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+    async def checkpoint(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
         data = await read(request, UsageRequest)
         return await service(request).checkpoint(hold_id, data.usage, actor_of(request))
 
     @post("/{hold_id:str}/settle", status_code=200, summary="Final usage: charge it, release the rest")
-    async def settle(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+    async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
         data = await read(request, UsageRequest)
         return await service(request).settle(hold_id, data.usage, actor_of(request))
 
     @post("/{hold_id:str}/interrupt", status_code=200, summary="The stream broke; keep the hold, record usage seen")
-    async def interrupt(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+    async def interrupt(
+        self, request: Request[Any, Any, Any], hold_id: str, data: InterruptRequest | None = None
+    ) -> Hold:
         body = await read(request, InterruptRequest, optional=True)
         return await service(request).interrupt(hold_id, body.usage, actor_of(request))
 
@@ -94,20 +96,13 @@ class AdminHoldController(Controller):
 
     @post("/{hold_id:str}/settle", opt={"role": "finance"}, status_code=200,
           summary="Force settle with given usage, or the largest seen (reason required)")
-    async def settle(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+    async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: AdminSettleRequest) -> Hold:
         data = await read(request, AdminSettleRequest)
         return await service(request).admin_settle(hold_id, data.usage, actor_of(request), reason=data.reason)
 
     @post("/{hold_id:str}/release", opt={"role": "finance"}, status_code=200,
           summary="Force release in full (reason required)")
-    async def release(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
+    async def release(self, request: Request[Any, Any, Any], hold_id: str, data: AdminReleaseRequest) -> Hold:
         data = await read(request, AdminReleaseRequest)
         return await service(request).release(hold_id, actor_of(request), reason=data.reason)
 
-
-body_schema("post", "/v1/holds", ReserveRequest)
-body_schema("post", "/v1/holds/{hold_id}/usage", UsageRequest)
-body_schema("post", "/v1/holds/{hold_id}/settle", UsageRequest)
-body_schema("post", "/v1/holds/{hold_id}/interrupt", InterruptRequest)
-body_schema("post", "/admin/v1/holds/{hold_id}/settle", AdminSettleRequest)
-body_schema("post", "/admin/v1/holds/{hold_id}/release", AdminReleaseRequest)

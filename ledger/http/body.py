@@ -6,8 +6,9 @@ with msgspec's strict rules against its frozen Struct, unknown fields refused wh
 the Struct says so. Malformed JSON is 400 `invalid_json`; a well-formed body of the
 wrong shape is 422 `validation_error` naming the field in `param`.
 
-Each Struct is also registered for the OpenAPI document (`REQUEST_BODIES`), since
-Litestar cannot see bodies it does not decode itself.
+Handlers still declare `data: <Struct>` so that Litestar documents the body in the
+OpenAPI schema (its own lax pass accepts everything the strict pass does); the
+strict decode here is the one the handler uses.
 """
 
 from __future__ import annotations
@@ -24,13 +25,6 @@ T = TypeVar("T")
 
 _AT = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`$")
 _FIELD = re.compile(r"(?:unknown|missing required) field `([^`]+)`")
-
-REQUEST_BODIES: dict[tuple[str, str], type[Any]] = {}
-
-
-def body_schema(method: str, path: str, kind: type[Any]) -> None:
-    REQUEST_BODIES[(method.lower(), path)] = kind
-
 
 def validation_param(message: str) -> tuple[str | None, str]:
     path = ""

@@ -10,7 +10,7 @@ from litestar.params import Parameter
 
 from ledger.errors import InvalidJson
 from ledger.http.auth import admin_guard, gateway_guard
-from ledger.http.body import body_schema, read
+from ledger.http.body import read
 from ledger.http.request import actor_of
 from ledger.prices.schemas import ChargeQuote, PriceVersion, QuoteRequest, ReservationQuote
 from ledger.prices.service import PriceService
@@ -57,7 +57,7 @@ class AdminPriceController(Controller):
         return await service(request).get(version)
 
     @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
-    async def quote(self, request: Request[Any, Any, Any]) -> ChargeQuote | ReservationQuote:
+    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
         return await service(request).quote(await read(request, QuoteRequest))
 
 
@@ -67,9 +67,6 @@ class GatewayQuoteController(Controller):
     tags = ["gateway"]
 
     @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
-    async def quote(self, request: Request[Any, Any, Any]) -> ChargeQuote | ReservationQuote:
+    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
         return await service(request).quote(await read(request, QuoteRequest))
 
-
-body_schema("post", "/v1/quotes", QuoteRequest)
-body_schema("post", "/admin/v1/quotes", QuoteRequest)
