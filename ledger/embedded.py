@@ -28,7 +28,7 @@ def embedded_database_url(settings: Settings) -> str:
     folder.parent.mkdir(parents=True, exist_ok=True)
     if len(str(folder)) > 90:
         raise SystemExit(f"LEDGER_DATA_DIR resolves to a path too long for a Unix socket: {folder}")
-    server = pgserver.get_server(folder, cleanup_mode=None)
+    server = pgserver.get_server(folder, cleanup_mode=None)  # type: ignore[attr-defined]
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
     if "1 row" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE};")

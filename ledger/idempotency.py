@@ -56,5 +56,11 @@ async def remember(
 ) -> None:
     await conn.execute(
         _INSERT,
-        {"account_id": account_id, "scope": scope, "key": key, "hash": digest, "transaction_id": transaction_id},
+        {
+            "account_id": account_id,
+            "scope": scope,
+            "key": key,
+            "hash": digest,
+            "transaction_id": transaction_id,
+        },
     )

@@ -92,7 +92,7 @@ def _admin_tokens(raw: str | None) -> tuple[tuple[str, Role], ...]:
             raise SettingsError("LEDGER_ADMIN_TOKENS entries must be token:role")
         if role not in ROLES:
             raise SettingsError(f"LEDGER_ADMIN_TOKENS role must be one of {', '.join(ROLES)}, got {role!r}")
-        pairs.append((token, role))  # type: ignore[arg-type]
+        pairs.append((token, role))
     return tuple(pairs)
 
 

@@ -151,14 +151,26 @@ def publish(client: TestClient[Any], document: dict[str, Any]) -> str:
     return version
 
 
-def simple_document(currency: str, *, input_rate: str = "2", output_rate: str = "10", effective_at: str | None = None,
-                    model: str = "t-simple", max_input: int = 1000, max_output: int = 500) -> dict[str, Any]:
+def simple_document(
+    currency: str,
+    *,
+    input_rate: str = "2",
+    output_rate: str = "10",
+    effective_at: str | None = None,
+    model: str = "t-simple",
+    max_input: int = 1000,
+    max_output: int = 500,
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "currency": currency,
         "source": "test sheet",
         "models": [
-            {"model": model, "max_input_tokens": max_input, "max_output_tokens": max_output,
-             "rates": {"input": input_rate, "output": output_rate}},
+            {
+                "model": model,
+                "max_input_tokens": max_input,
+                "max_output_tokens": max_output,
+                "rates": {"input": input_rate, "output": output_rate},
+            },
         ],
     }
     if effective_at:

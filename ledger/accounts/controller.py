@@ -8,7 +8,14 @@ from typing import Annotated, Any
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
-from ledger.accounts.schemas import Account, AdjustmentRequest, Balance, CreateAccount, DepositRequest, Movement
+from ledger.accounts.schemas import (
+    Account,
+    AdjustmentRequest,
+    Balance,
+    CreateAccount,
+    DepositRequest,
+    Movement,
+)
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
@@ -52,13 +59,17 @@ class AdminAccountController(Controller):
         return await service(request).balance(account_id, as_utc(as_of) if as_of else None)
 
     @post("/{account_id:str}/deposits", opt={"role": "finance"}, summary="Deposit (idempotent)")
-    async def deposit(self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest) -> Response[Movement]:
+    async def deposit(
+        self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest
+    ) -> Response[Movement]:
         data = await read(request, DepositRequest)
         movement, created = await service(request).deposit(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @post("/{account_id:str}/adjustments", opt={"role": "finance"}, summary="Adjust (signed, with reason)")
-    async def adjust(self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest) -> Response[Movement]:
+    async def adjust(
+        self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest
+    ) -> Response[Movement]:
         data = await read(request, AdjustmentRequest)
         movement, created = await service(request).adjust(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
@@ -78,4 +89,3 @@ class GatewayAccountController(Controller):
     @get("/{account_id:str}/balance", summary="Balance, held, available")
     async def balance(self, request: Request[Any, Any, Any], account_id: str) -> Balance:
         return await service(request).balance(account_id)
-

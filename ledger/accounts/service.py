@@ -265,11 +265,14 @@ class AccountService:
             MONEY_MOVEMENTS.labels(kind).inc()
         return result
 
-    async def _replay(self, conn: AsyncConnection, account_id: str, transaction_id: int, key: str) -> Movement:
+    async def _replay(
+        self, conn: AsyncConnection, account_id: str, transaction_id: int, key: str
+    ) -> Movement:
         rows, _ = await journal.account_journal(conn, account_id, before=transaction_id + 1, limit=1)
         row = rows[0]
         assert row.id == transaction_id
         account = await repository.get(conn, account_id)
+        assert account is not None
         return Movement(
             transaction_id=str(row.id),
             kind=row.kind,

@@ -44,6 +44,8 @@ async def record(
     )
 
 
-async def list_entries(conn: AsyncConnection, *, target: str | None, before: int | None, limit: int) -> list[Any]:
+async def list_entries(
+    conn: AsyncConnection, *, target: str | None, before: int | None, limit: int
+) -> list[Any]:
     params = {"target": target, "before": before if before is not None else 2**63 - 1, "limit": limit}
     return list((await conn.execute(_LIST, params)).all())

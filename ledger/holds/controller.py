@@ -55,7 +55,11 @@ class GatewayHoldController(Controller):
         data = await read(request, UsageRequest)
         return await service(request).settle(hold_id, data.usage, actor_of(request))
 
-    @post("/{hold_id:str}/interrupt", status_code=200, summary="The stream broke; keep the hold, record usage seen")
+    @post(
+        "/{hold_id:str}/interrupt",
+        status_code=200,
+        summary="The stream broke; keep the hold, record usage seen",
+    )
     async def interrupt(
         self, request: Request[Any, Any, Any], hold_id: str, data: InterruptRequest | None = None
     ) -> Hold:
@@ -83,7 +87,9 @@ class AdminHoldController(Controller):
         cursor: Annotated[str | None, Parameter(default=None)],
     ) -> Page:
         older_than = (
-            datetime.now(UTC) - timedelta(seconds=older_than_seconds) if older_than_seconds is not None else None
+            datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+            if older_than_seconds is not None
+            else None
         )
         data, next_cursor = await service(request).list(
             state=hold_state, account_id=account_id, older_than=older_than, cursor=cursor, limit=limit
@@ -94,15 +100,22 @@ class AdminHoldController(Controller):
     async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
         return await service(request).get(hold_id)
 
-    @post("/{hold_id:str}/settle", opt={"role": "finance"}, status_code=200,
-          summary="Force settle with given usage, or the largest seen (reason required)")
+    @post(
+        "/{hold_id:str}/settle",
+        opt={"role": "finance"},
+        status_code=200,
+        summary="Force settle with given usage, or the largest seen (reason required)",
+    )
     async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: AdminSettleRequest) -> Hold:
         data = await read(request, AdminSettleRequest)
         return await service(request).admin_settle(hold_id, data.usage, actor_of(request), reason=data.reason)
 
-    @post("/{hold_id:str}/release", opt={"role": "finance"}, status_code=200,
-          summary="Force release in full (reason required)")
+    @post(
+        "/{hold_id:str}/release",
+        opt={"role": "finance"},
+        status_code=200,
+        summary="Force release in full (reason required)",
+    )
     async def release(self, request: Request[Any, Any, Any], hold_id: str, data: AdminReleaseRequest) -> Hold:
         data = await read(request, AdminReleaseRequest)
         return await service(request).release(hold_id, actor_of(request), reason=data.reason)
-

@@ -181,8 +181,13 @@ class HoldService:
             legs = reserve_legs(body.account_id, reservation.amount)
             if moves_money(legs):
                 await journal.post(
-                    conn, kind="reserve", account_id=body.account_id, currency=currency, legs=legs,
-                    actor=actor.identity, hold_id=hold_id,
+                    conn,
+                    kind="reserve",
+                    account_id=body.account_id,
+                    currency=currency,
+                    legs=legs,
+                    actor=actor.identity,
+                    hold_id=hold_id,
                 )
             return view(row), True
 
@@ -202,7 +207,12 @@ class HoldService:
         return view(row)
 
     async def list(
-        self, *, state: str | None, account_id: str | None, older_than: datetime | None, cursor: str | None,
+        self,
+        *,
+        state: str | None,
+        account_id: str | None,
+        older_than: datetime | None,
+        cursor: str | None,
         limit: int,
     ) -> tuple[list[Hold], str | None]:
         after = parse_uuid(cursor) if cursor else None
@@ -216,9 +226,7 @@ class HoldService:
 
     # --- the locked step shared by every change ----------------------------------------
 
-    async def _locked(
-        self, hold_ref: str, actor: Actor, step: Any, *, kind: str | None = None
-    ) -> Hold:
+    async def _locked(self, hold_ref: str, actor: Actor, step: Any, *, kind: str | None = None) -> Hold:
         hold_id = hold_id_of(hold_ref)
 
         async def work(conn: AsyncConnection) -> Hold:
@@ -275,7 +283,9 @@ class HoldService:
 
     # --- settle ----------------------------------------------------------------------
 
-    async def settle(self, hold_ref: str, raw: dict[str, Any], actor: Actor, *, reason: str | None = None) -> Hold:
+    async def settle(
+        self, hold_ref: str, raw: dict[str, Any], actor: Actor, *, reason: str | None = None
+    ) -> Hold:
         usage = parse(raw)
 
         async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
@@ -301,8 +311,14 @@ class HoldService:
             legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
             if moves_money(legs):
                 await journal.post(
-                    conn, kind="settle", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
-                    actor=actor.identity, hold_id=hold.id, reason=reason,
+                    conn,
+                    kind="settle",
+                    account_id=hold.account_id,
+                    currency=hold.currency.strip(),
+                    legs=legs,
+                    actor=actor.identity,
+                    hold_id=hold.id,
+                    reason=reason,
                 )
             await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
             return await repository.update(
@@ -334,8 +350,14 @@ class HoldService:
         legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
         if moves_money(legs):
             await journal.post(
-                conn, kind="true_up", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
-                actor=actor.identity, hold_id=hold.id, reason=f"late settle after {hold.resolved_by}",
+                conn,
+                kind="true_up",
+                account_id=hold.account_id,
+                currency=hold.currency.strip(),
+                legs=legs,
+                actor=actor.identity,
+                hold_id=hold.id,
+                reason=f"late settle after {hold.resolved_by}",
             )
         return await repository.update(
             conn,
@@ -357,7 +379,9 @@ class HoldService:
 
         return await self._locked(hold_ref, actor, step, kind="release")
 
-    async def release_locked(self, conn: AsyncConnection, hold: Any, actor: Actor, *, reason: str | None) -> Any:
+    async def release_locked(
+        self, conn: AsyncConnection, hold: Any, actor: Actor, *, reason: str | None
+    ) -> Any:
         if hold.state == "released":
             return hold  # releasing twice is not an error
         if hold.state == "settled":
@@ -365,8 +389,14 @@ class HoldService:
         legs = release_legs(hold.account_id, hold.amount)
         if moves_money(legs):
             await journal.post(
-                conn, kind="release", account_id=hold.account_id, currency=hold.currency.strip(), legs=legs,
-                actor=actor.identity, hold_id=hold.id, reason=reason,
+                conn,
+                kind="release",
+                account_id=hold.account_id,
+                currency=hold.currency.strip(),
+                legs=legs,
+                actor=actor.identity,
+                hold_id=hold.id,
+                reason=reason,
             )
         await self._audit(conn, actor, "hold.release", hold, reason, {"released": format_amount(hold.amount)})
         return await repository.update(
@@ -391,18 +421,31 @@ class HoldService:
                 raise HoldStateConflict(f"hold is already {hold.state}; use an adjustment to correct it")
             usage = given or (parse(hold.usage) if hold.usage is not None else None)
             if usage is None:
-                raise UsageInvalid("no usage was seen for this hold: give usage, or release it", param="usage")
+                raise UsageInvalid(
+                    "no usage was seen for this hold: give usage, or release it", param="usage"
+                )
             return await self.settle_locked(conn, hold, usage, actor, reason=reason)
 
         return await self._locked(hold_ref, actor, step, kind="settle")
 
     async def _audit(
-        self, conn: AsyncConnection, actor: Actor, action: str, hold: Any, reason: str | None,
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        action: str,
+        hold: Any,
+        reason: str | None,
         details: dict[str, Any],
     ) -> None:
         if actor.kind != "admin":
             return  # the gateway's and reconciler's actions are on the hold and the journal
         await audit.record(
-            conn, actor=actor.identity, role=actor.role, action=action, target=str(hold.id), reason=reason,
-            details={"account_id": hold.account_id, **details}, request_id=actor.request_id,
+            conn,
+            actor=actor.identity,
+            role=actor.role,
+            action=action,
+            target=str(hold.id),
+            reason=reason,
+            details={"account_id": hold.account_id, **details},
+            request_id=actor.request_id,
         )

@@ -91,7 +91,7 @@ def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
     if principal.surface != "admin":
         raise Forbidden("this token may not call the admin surface")
     needed: Role = handler.opt.get("role", "viewer")
-    if ROLES.index(principal.role) < ROLES.index(needed):  # type: ignore[arg-type]
+    if ROLES.index(principal.role) < ROLES.index(needed):
         raise Forbidden(f"role {principal.role} may not do this; {needed} or above is required")
 
 

@@ -26,6 +26,7 @@ T = TypeVar("T")
 _AT = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`$")
 _FIELD = re.compile(r"(?:unknown|missing required) field `([^`]+)`")
 
+
 def validation_param(message: str) -> tuple[str | None, str]:
     path = ""
     text = message

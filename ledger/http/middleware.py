@@ -14,7 +14,7 @@ from ledger.metrics import LATENCY, REQUESTS
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # type: ignore[comparison-overlap]
             await app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
@@ -22,7 +22,7 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
         request_id = incoming if incoming.isprintable() and incoming else uuid.uuid4().hex
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
-        scope["state"]["request_id"] = request_id  # type: ignore[index]
+        scope["state"]["request_id"] = request_id
         status = {"code": 500}
         started = time.perf_counter()
 
@@ -31,14 +31,14 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
                 status["code"] = message["status"]
                 raw: list[Any] = list(message.get("headers") or [])
                 raw.append((b"x-request-id", request_id.encode("latin-1")))
-                message["headers"] = raw  # type: ignore[typeddict-unknown-key]
+                message["headers"] = raw
             await send(message)
 
         try:
             await app(scope, receive, send_with_id)
         finally:
-            route = scope.get("path_template") or "unmatched"  # type: ignore[attr-defined]
-            method = scope.get("method", "")  # type: ignore[attr-defined]
+            route = scope.get("path_template") or "unmatched"
+            method = scope.get("method", "")
             LATENCY.labels(method, route).observe(time.perf_counter() - started)
             REQUESTS.labels(method, route, str(status["code"])).inc()
 

@@ -15,5 +15,5 @@ def actor_of(request: Request[Any, Any, Any]) -> Actor:
     return Actor(
         identity=principal.identity,
         role=principal.role,
-        request_id=request.scope["state"].get("request_id"),  # type: ignore[typeddict-item]
+        request_id=request.scope["state"].get("request_id"),
     )

@@ -37,7 +37,11 @@ def build_report(snap: dict[str, Any]) -> dict[str, Any]:
         for r in snap["hold_mismatches"]
     ]
     unbalanced = [
-        {"transaction_id": str(r.transaction_id), "currency": r.currency.strip(), "sum": format_amount(r.total)}
+        {
+            "transaction_id": str(r.transaction_id),
+            "currency": r.currency.strip(),
+            "sum": format_amount(r.total),
+        }
         for r in snap["unbalanced"]
     ]
     ok = not mismatches and not hold_mismatches and not unbalanced and all(v == "0" for v in totals.values())

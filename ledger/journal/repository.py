@@ -31,7 +31,8 @@ def _post_statement(n_legs: int) -> Any:
     if statement is None:
         values = ", ".join(f"(:a{i}, :b{i}, CAST(:m{i} AS numeric))" for i in range(n_legs))
         statement = text(
-            "WITH t AS (INSERT INTO journal_transactions (kind, account_id, hold_id, reference, reason, actor) "
+            "WITH t AS (INSERT INTO journal_transactions "
+            "(kind, account_id, hold_id, reference, reason, actor) "
             "VALUES (:kind, :account_id, :hold_id, :reference, :reason, :actor) RETURNING id, created_at) "
             "INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount) "
             f"SELECT t.id, v.account_id, :currency, v.book, v.amount FROM t, (VALUES {values}) "

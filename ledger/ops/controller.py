@@ -39,13 +39,24 @@ class HealthController(Controller):
                 await conn.execute(text("SELECT 1"))
                 current = await current_revision(conn)
         except DatabaseUnavailable:
-            body = {"error": {"type": "service_unavailable", "code": "database_unavailable",
-                              "message": "the database cannot be reached", "param": None}}
+            body = {
+                "error": {
+                    "type": "service_unavailable",
+                    "code": "database_unavailable",
+                    "message": "the database cannot be reached",
+                    "param": None,
+                }
+            }
             return Response(body, status_code=503)
         if current != head:
-            body = {"error": {"type": "service_unavailable", "code": "migrations_pending",
-                              "message": f"database is at revision {current}, code expects {head}",
-                              "param": None}}
+            body = {
+                "error": {
+                    "type": "service_unavailable",
+                    "code": "migrations_pending",
+                    "message": f"database is at revision {current}, code expects {head}",
+                    "param": None,
+                }
+            }
             return Response(body, status_code=503)
         return Response({"status": "ready", "database": "ok", "revision": current})
 
@@ -77,8 +88,17 @@ class AdminOpsController(Controller):
         more = len(rows) > limit
         rows = rows[:limit]
         data = [
-            {"id": str(r.id), "at": iso(r.at), "actor": r.actor, "role": r.role, "action": r.action,
-             "target": r.target, "reason": r.reason, "details": r.details, "request_id": r.request_id}
+            {
+                "id": str(r.id),
+                "at": iso(r.at),
+                "actor": r.actor,
+                "role": r.role,
+                "action": r.action,
+                "target": r.target,
+                "reason": r.reason,
+                "details": r.details,
+                "request_id": r.request_id,
+            }
             for r in rows
         ]
         return Page(data=data, next_cursor=str(rows[-1].id) if more and rows else None)

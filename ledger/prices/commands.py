@@ -101,7 +101,9 @@ def add_parser(sub: Any) -> None:
     publish.add_argument("file")
     refresh_p = verbs.add_parser("refresh", help="re-read LEDGER_PRICE_SOURCES; publish only if changed")
     refresh_p.add_argument("--force", action="store_true", help="publish even past the max factor")
-    refresh_p.add_argument("--max-factor", default=None, help="refuse rate moves above this factor (default 3)")
+    refresh_p.add_argument(
+        "--max-factor", default=None, help="refuse rate moves above this factor (default 3)"
+    )
     diff = verbs.add_parser("diff", help="what changed between two versions")
     diff.add_argument("old")
     diff.add_argument("new")

@@ -57,7 +57,9 @@ class AdminPriceController(Controller):
         return await service(request).get(version)
 
     @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
-    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
+    async def quote(
+        self, request: Request[Any, Any, Any], data: QuoteRequest
+    ) -> ChargeQuote | ReservationQuote:
         return await service(request).quote(await read(request, QuoteRequest))
 
 
@@ -67,6 +69,7 @@ class GatewayQuoteController(Controller):
     tags = ["gateway"]
 
     @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
-    async def quote(self, request: Request[Any, Any, Any], data: QuoteRequest) -> ChargeQuote | ReservationQuote:
+    async def quote(
+        self, request: Request[Any, Any, Any], data: QuoteRequest
+    ) -> ChargeQuote | ReservationQuote:
         return await service(request).quote(await read(request, QuoteRequest))
-

@@ -23,8 +23,9 @@ _ACTIVE = text(
     "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= :at "
     "ORDER BY effective_at DESC, id DESC LIMIT 1"
 )
-_LATEST = text(f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency "
-               "ORDER BY id DESC LIMIT 1")
+_LATEST = text(
+    f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency ORDER BY id DESC LIMIT 1"
+)
 _COUNT = text("SELECT count(*) FROM price_versions")
 _LOCK = text("SELECT pg_advisory_xact_lock(7243100002)")
 

@@ -27,8 +27,8 @@ from ledger.db import read_only, transaction
 from ledger.errors import (
     ModelLimitExceeded,
     PriceDocumentRefused,
-    PricingUnavailable,
     PriceVersionNotFound,
+    PricingUnavailable,
     UsageInvalid,
     ValidationFailed,
 )
@@ -37,9 +37,15 @@ from ledger.prices.schemas import ChargeQuote, PriceVersion, PublishResult, Quot
 from ledger.schemas import iso
 from pricing import errors as pricing_errors
 from pricing.diff import compare_documents, diff_to_builtins, excessive_changes
-from pricing.document import ModelPrice, PriceDocument, content_hash, document_to_builtins, parse_price_document
-from pricing.money import format_amount
+from pricing.document import (
+    ModelPrice,
+    PriceDocument,
+    content_hash,
+    document_to_builtins,
+    parse_price_document,
+)
 from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
+from pricing.money import format_amount
 from pricing.usage import parse_usage
 
 CACHE_SIZE = 256
@@ -56,8 +62,9 @@ def translate_pricing_error(error: Exception) -> Exception:
     if isinstance(error, pricing_errors.PricingInputError):
         return ValidationFailed(error.message, param=error.param or None)
     if isinstance(error, pricing_errors.ModelNotPriced):
-        return PricingUnavailable(f"no valid price for model {error.model!r} in the selected price version",
-                                  param="model")
+        return PricingUnavailable(
+            f"no valid price for model {error.model!r} in the selected price version", param="model"
+        )
     return error
 
 
@@ -84,7 +91,9 @@ class PriceService:
 
     # --- publishing --------------------------------------------------------------
 
-    async def _insert(self, conn: AsyncConnection, doc: PriceDocument, actor: Actor, action: str) -> PriceVersion:
+    async def _insert(
+        self, conn: AsyncConnection, doc: PriceDocument, actor: Actor, action: str
+    ) -> PriceVersion:
         effective_at = doc.effective_at or datetime.now(UTC)
         stored = msgspec.structs.replace(doc, effective_at=effective_at)
         builtins = document_to_builtins(stored)
@@ -104,8 +113,11 @@ class PriceService:
             action=action,
             target=row.version,
             reason=doc.source or None,
-            details={"content_hash": row.content_hash, "effective_at": iso(effective_at),
-                     "models": [m.model for m in doc.models]},
+            details={
+                "content_hash": row.content_hash,
+                "effective_at": iso(effective_at),
+                "models": [m.model for m in doc.models],
+            },
             request_id=actor.request_id,
         )
         return PriceVersion(
@@ -141,16 +153,22 @@ class PriceService:
             latest = await repository.latest(conn, doc.currency)
             if latest is None:
                 version = await self._insert(conn, doc, actor, "prices.refresh")
-                return PublishResult(published=True, version=version, reason="first version for this currency")
+                return PublishResult(
+                    published=True, version=version, reason="first version for this currency"
+                )
             if latest.content_hash == content_hash(doc):
                 return PublishResult(published=False, version=view(latest), reason="content unchanged")
             previous = parse_price_document(latest.document)
             changes = diff_to_builtins(compare_documents(previous, doc))
             too_far = excessive_changes(previous, doc, max_factor)
             refused = [
-                {"model": c.model, "table": c.table, "category": c.category,
-                 "old": None if c.old is None else format_amount(c.old),
-                 "new": None if c.new is None else format_amount(c.new)}
+                {
+                    "model": c.model,
+                    "table": c.table,
+                    "category": c.category,
+                    "old": None if c.old is None else format_amount(c.old),
+                    "new": None if c.new is None else format_amount(c.new),
+                }
                 for c in too_far
             ]
             if refused and not force:
@@ -162,8 +180,13 @@ class PriceService:
                     refused_changes=refused,
                 )
             version = await self._insert(conn, doc, actor, "prices.refresh")
-            return PublishResult(published=True, version=version, reason="content changed",
-                                 changes=[changes], refused_changes=refused)
+            return PublishResult(
+                published=True,
+                version=version,
+                reason="content changed",
+                changes=[changes],
+                refused_changes=refused,
+            )
 
         return await transaction(self.engine, work)
 
@@ -210,7 +233,13 @@ class PriceService:
         return doc
 
     async def resolve(
-        self, conn: AsyncConnection, *, currency: str, model: str, pinned: str | None, at: datetime | None = None
+        self,
+        conn: AsyncConnection,
+        *,
+        currency: str,
+        model: str,
+        pinned: str | None,
+        at: datetime | None = None,
     ) -> tuple[str, ModelPrice]:
         """The price version to use and the model's price in it (404 pinned-unknown, 503 none)."""
         if pinned is not None:
@@ -245,7 +274,10 @@ class PriceService:
                 charge = compute_charge(price, parse_usage(body.usage))
                 return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(charge))
             reservation = size_reservation(
-                price, max_input_tokens=body.max_input_tokens, max_output_tokens=body.max_output_tokens, n=body.n
+                price,
+                max_input_tokens=body.max_input_tokens,
+                max_output_tokens=body.max_output_tokens,
+                n=body.n,
             )
         except pricing_errors.PricingInputError as error:
             raise translate_pricing_error(error) from error

@@ -57,7 +57,10 @@ def test_create_get_and_list_account(client: TestClient[Any]) -> None:
 
 def test_create_account_conflict_and_validation(client: TestClient[Any]) -> None:
     account_id = new_id()
-    assert client.post("/admin/v1/accounts", json={"account_id": account_id}, headers=auth(ADMIN)).status_code == 201
+    assert (
+        client.post("/admin/v1/accounts", json={"account_id": account_id}, headers=auth(ADMIN)).status_code
+        == 201
+    )
     r = client.post("/admin/v1/accounts", json={"account_id": account_id}, headers=auth(FINANCE))
     assert r.status_code == 409
     assert r.json()["error"]["code"] == "account_exists"
@@ -123,7 +126,9 @@ def test_transactions_cursor_pagination(client: TestClient[Any], make_account: A
         params: dict[str, Any] = {"limit": 3}
         if cursor:
             params["cursor"] = cursor
-        page = client.get(f"/admin/v1/accounts/{account_id}/transactions", params=params, headers=auth(VIEWER))
+        page = client.get(
+            f"/admin/v1/accounts/{account_id}/transactions", params=params, headers=auth(VIEWER)
+        )
         assert page.status_code == 200
         body = page.json()
         seen += [t["balance_after"] for t in body["data"]]
@@ -139,15 +144,21 @@ def test_transactions_cursor_pagination(client: TestClient[Any], make_account: A
 def test_balance_as_of(client: TestClient[Any], make_account: Any) -> None:
     account_id = make_account("3")
     r = client.get(
-        f"/admin/v1/accounts/{account_id}/balance", params={"as_of": "2000-01-01T00:00:00Z"}, headers=auth(VIEWER)
+        f"/admin/v1/accounts/{account_id}/balance",
+        params={"as_of": "2000-01-01T00:00:00Z"},
+        headers=auth(VIEWER),
     )
     assert r.status_code == 200
     assert r.json()["balance"] == "0"
     r = client.get(
-        f"/admin/v1/accounts/{account_id}/balance", params={"as_of": "2999-01-01T00:00:00Z"}, headers=auth(VIEWER)
+        f"/admin/v1/accounts/{account_id}/balance",
+        params={"as_of": "2999-01-01T00:00:00Z"},
+        headers=auth(VIEWER),
     )
     assert r.json()["balance"] == "3"
-    r = client.get(f"/admin/v1/accounts/{account_id}/balance", params={"as_of": "yesterday"}, headers=auth(VIEWER))
+    r = client.get(
+        f"/admin/v1/accounts/{account_id}/balance", params={"as_of": "yesterday"}, headers=auth(VIEWER)
+    )
     assert r.status_code == 422
     assert r.json()["error"]["param"] == "as_of"
 
@@ -171,16 +182,16 @@ def test_deposit_and_adjustment_refusals_change_nothing(client: TestClient[Any],
         r = client.post(f"/admin/v1/accounts/{account_id}/{path}", json=body, headers=auth(FINANCE))
         assert r.status_code == status, (body, r.text)
         assert r.json()["error"]["param"] == param, (body, r.json())
-    r = client.post(
-        f"/admin/v1/accounts/{account_id}/deposits", content=b"{not json", headers=auth(FINANCE)
-    )
+    r = client.post(f"/admin/v1/accounts/{account_id}/deposits", content=b"{not json", headers=auth(FINANCE))
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json"
     r = client.post(f"/admin/v1/accounts/{account_id}/deposits", content=b"", headers=auth(FINANCE))
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json"
     missing = client.post(
-        "/admin/v1/accounts/nobody-here/deposits", json={"idempotency_key": "z", "amount": "1"}, headers=auth(FINANCE)
+        "/admin/v1/accounts/nobody-here/deposits",
+        json={"idempotency_key": "z", "amount": "1"},
+        headers=auth(FINANCE),
     )
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "account_not_found"
@@ -263,8 +274,9 @@ def test_operations_endpoints(client: TestClient[Any]) -> None:
     client.get("/v1/accounts/x/balance", headers=auth(GATEWAY))
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
-    assert 'ledger_http_requests_total{method="GET",route="/v1/accounts/{account_id}/balance",status="404"}' in (
-        metrics.text
+    assert (
+        'ledger_http_requests_total{method="GET",route="/v1/accounts/{account_id}/balance",status="404"}'
+        in (metrics.text)
     )
     assert "ledger_http_request_duration_seconds_bucket" in metrics.text
     schema = client.get("/schema/openapi.json")

@@ -63,8 +63,13 @@ def test_reserve_settle_releases_the_rest(client: TestClient[Any], world: dict[s
     assert hold["price_version"] == world["version"]
     assert hold["currency"] == world["currency"]
     assert hold["reservation"] == {
-        "input_allowance": 1000, "output_allowance": 100, "n": 1, "input_rate": "2", "output_rate": "10",
-        "tier": "standard", "amount": "0.003",
+        "input_allowance": 1000,
+        "output_allowance": 100,
+        "n": 1,
+        "input_rate": "2",
+        "output_rate": "10",
+        "tier": "standard",
+        "amount": "0.003",
     }
     assert hold["metadata"] == {"request": "abc"}
     assert balance(client, world["account"]) == {"balance": "1", "held": "0.003", "available": "0.997"}
@@ -73,7 +78,8 @@ def test_reserve_settle_releases_the_rest(client: TestClient[Any], world: dict[s
     settled = r.json()
     # 300 x 2/1e6 + 50 x 10/1e6 = 0.0006 + 0.0005
     assert settled["charge"] == {
-        "amount": "0.0011", "tier": "standard",
+        "amount": "0.0011",
+        "tier": "standard",
         "lines": [
             {"category": "input", "tokens": 300, "rate": "2", "amount": "0.0006"},
             {"category": "output", "tokens": 50, "rate": "10", "amount": "0.0005"},
@@ -110,15 +116,25 @@ def test_insufficient_funds_holds_nothing(client: TestClient[Any], world: dict[s
     assert r.status_code == 201
     r = client.post(
         "/v1/holds",
-        json={"account_id": world["account"], "idempotency_key": "big", "model": "t-simple",
-              "max_output_tokens": 500, "n": 128},  # 0.002 + 0.64 = 0.642 > 0.898? no: fits
+        json={
+            "account_id": world["account"],
+            "idempotency_key": "big",
+            "model": "t-simple",
+            "max_output_tokens": 500,
+            "n": 128,
+        },  # 0.002 + 0.64 = 0.642 > 0.898? no: fits
         headers=auth(GATEWAY),
     )
     assert r.status_code == 201
     r = client.post(
         "/v1/holds",
-        json={"account_id": world["account"], "idempotency_key": "too-big", "model": "t-simple",
-              "max_output_tokens": 500, "n": 60},  # 0.002 + 0.3 = 0.302 > available 0.256
+        json={
+            "account_id": world["account"],
+            "idempotency_key": "too-big",
+            "model": "t-simple",
+            "max_output_tokens": 500,
+            "n": 60,
+        },  # 0.002 + 0.3 = 0.302 > available 0.256
         headers=auth(GATEWAY),
     )
     assert r.status_code == 402
@@ -133,14 +149,20 @@ def test_insufficient_funds_holds_nothing(client: TestClient[Any], world: dict[s
     # the refused key was not consumed: the same key can be used once funds allow
     r = client.post(
         "/v1/holds",
-        json={"account_id": world["account"], "idempotency_key": "too-big", "model": "t-simple",
-              "max_output_tokens": 10},
+        json={
+            "account_id": world["account"],
+            "idempotency_key": "too-big",
+            "model": "t-simple",
+            "max_output_tokens": 10,
+        },
         headers=auth(GATEWAY),
     )
     assert r.status_code == 201
 
 
-def test_credit_limit_extends_available(client: TestClient[Any], make_account: Any, world: dict[str, Any]) -> None:
+def test_credit_limit_extends_available(
+    client: TestClient[Any], make_account: Any, world: dict[str, Any]
+) -> None:
     account_id = make_account(None, credit_limit="0.01", currency=world["currency"])
     r = reserve(client, account_id, max_output_tokens=500)  # 0.007
     assert r.status_code == 201
@@ -168,8 +190,11 @@ def test_reserve_refusals(client: TestClient[Any], world: dict[str, Any]) -> Non
         assert r.json()["error"]["code"] == code, (fields, r.json())
     assert client.post("/v1/holds", content=b"{", headers=auth(GATEWAY)).status_code == 400
     # a currency with no price version at all
-    r = client.post("/admin/v1/accounts", json={"account_id": new_id(), "currency": fresh_currency()},
-                    headers=auth(FINANCE))
+    r = client.post(
+        "/admin/v1/accounts",
+        json={"account_id": new_id(), "currency": fresh_currency()},
+        headers=auth(FINANCE),
+    )
     body = {"account_id": r.json()["account_id"], "idempotency_key": "k", "model": "t-simple"}
     r = client.post("/v1/holds", json=body, headers=auth(GATEWAY))
     assert r.status_code == 503
@@ -196,8 +221,10 @@ def test_checkpoints_grow_and_extend_expiry(client: TestClient[Any], world: dict
     r = call(client, hold["id"], "usage", usage(100, 4))
     assert r.status_code == 422
     assert r.json()["error"] == {
-        "type": "invalid_request", "code": "usage_invalid",
-        "message": r.json()["error"]["message"], "param": "usage.completion_tokens",
+        "type": "invalid_request",
+        "code": "usage_invalid",
+        "message": r.json()["error"]["message"],
+        "param": "usage.completion_tokens",
     }
     r = call(client, hold["id"], "usage", usage(100, 9))
     assert r.status_code == 200
@@ -205,7 +232,12 @@ def test_checkpoints_grow_and_extend_expiry(client: TestClient[Any], world: dict
     bad = call(client, hold["id"], "usage", usage(10, 1, prompt_tokens_details={"cached_tokens": 20}))
     assert bad.status_code == 422
     assert bad.json()["error"]["code"] == "usage_invalid"
-    assert call(client, hold["id"], "usage", {"usage": {"prompt_tokens": -1, "completion_tokens": 1}}).status_code == 422
+    assert (
+        call(
+            client, hold["id"], "usage", {"usage": {"prompt_tokens": -1, "completion_tokens": 1}}
+        ).status_code
+        == 422
+    )
     assert call(client, hold["id"], "usage", {}).status_code == 422
 
 
@@ -310,7 +342,9 @@ def test_admin_force_settle_release_and_late_true_up(client: TestClient[Any], wo
     r = client.post(f"/admin/v1/holds/{a['id']}/settle", json={}, headers=auth(FINANCE))
     assert r.status_code == 422
     assert r.json()["error"]["param"] == "reason"
-    r = client.post(f"/admin/v1/holds/{a['id']}/settle", json={"reason": "stream lost"}, headers=auth(FINANCE))
+    r = client.post(
+        f"/admin/v1/holds/{a['id']}/settle", json={"reason": "stream lost"}, headers=auth(FINANCE)
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["resolved_by"] == "admin"
@@ -326,7 +360,9 @@ def test_admin_force_settle_release_and_late_true_up(client: TestClient[Any], wo
     assert call(client, a["id"], "settle", usage(100, 41)).status_code == 409
 
     b = reserve(client, account_id, max_output_tokens=100).json()
-    r = client.post(f"/admin/v1/holds/{b['id']}/release", json={"reason": "customer dispute"}, headers=auth(FINANCE))
+    r = client.post(
+        f"/admin/v1/holds/{b['id']}/release", json={"reason": "customer dispute"}, headers=auth(FINANCE)
+    )
     assert r.status_code == 200
     assert r.json()["state"] == "released"
     assert r.json()["resolved_by"] == "admin"
@@ -343,16 +379,20 @@ def test_admin_force_settle_release_and_late_true_up(client: TestClient[Any], wo
     c = reserve(client, account_id).json()
     r = client.post(f"/admin/v1/holds/{c['id']}/settle", json={"reason": "no usage"}, headers=auth(FINANCE))
     assert r.status_code == 422  # nothing seen and nothing given
-    r = client.post(f"/admin/v1/holds/{c['id']}/settle", json={"reason": "from logs", **usage(10, 1)},
-                    headers=auth(FINANCE))
+    r = client.post(
+        f"/admin/v1/holds/{c['id']}/settle",
+        json={"reason": "from logs", **usage(10, 1)},
+        headers=auth(FINANCE),
+    )
     assert r.status_code == 200
     assert r.json()["charge"]["amount"] == "0.00003"
 
     audit = client.get("/admin/v1/audit-log", params={"target": a["id"]}, headers=auth(VIEWER)).json()["data"]
     assert [e["action"] for e in audit] == ["hold.settle"]
     assert audit[0]["reason"] == "stream lost"
-    journal = client.get(f"/admin/v1/accounts/{account_id}/transactions", params={"limit": 100},
-                         headers=auth(VIEWER)).json()["data"]
+    journal = client.get(
+        f"/admin/v1/accounts/{account_id}/transactions", params={"limit": 100}, headers=auth(VIEWER)
+    ).json()["data"]
     kinds = [t["kind"] for t in journal if t["hold_id"] in (a["id"], b["id"])]
     assert sorted(kinds) == sorted(["reserve", "settle", "true_up", "reserve", "release", "true_up"])
     assert_integrity(client)
@@ -363,39 +403,64 @@ def test_admin_lists_holds_by_state_account_and_age(client: TestClient[Any], wor
     open_hold = reserve(client, account_id).json()
     released = reserve(client, account_id).json()
     call(client, released["id"], "release")
-    r = client.get("/admin/v1/holds", params={"account_id": account_id, "state": "open"}, headers=auth(VIEWER))
+    r = client.get(
+        "/admin/v1/holds", params={"account_id": account_id, "state": "open"}, headers=auth(VIEWER)
+    )
     assert r.status_code == 200
     assert [h["id"] for h in r.json()["data"]] == [open_hold["id"]]
     r = client.get("/admin/v1/holds", params={"account_id": account_id}, headers=auth(VIEWER))
     assert [h["id"] for h in r.json()["data"]] == [open_hold["id"], released["id"]]
-    r = client.get("/admin/v1/holds", params={"account_id": account_id, "older_than_seconds": 3600},
-                   headers=auth(VIEWER))
+    r = client.get(
+        "/admin/v1/holds", params={"account_id": account_id, "older_than_seconds": 3600}, headers=auth(VIEWER)
+    )
     assert r.json()["data"] == []
-    page = client.get("/admin/v1/holds", params={"account_id": account_id, "limit": 1}, headers=auth(VIEWER)).json()
+    page = client.get(
+        "/admin/v1/holds", params={"account_id": account_id, "limit": 1}, headers=auth(VIEWER)
+    ).json()
     assert len(page["data"]) == 1 and page["next_cursor"]
-    page2 = client.get("/admin/v1/holds", params={"account_id": account_id, "limit": 1, "cursor": page["next_cursor"]},
-                       headers=auth(VIEWER)).json()
+    page2 = client.get(
+        "/admin/v1/holds",
+        params={"account_id": account_id, "limit": 1, "cursor": page["next_cursor"]},
+        headers=auth(VIEWER),
+    ).json()
     assert [h["id"] for h in page2["data"]] == [released["id"]]
     assert client.get("/admin/v1/holds", params={"state": "bogus"}, headers=auth(VIEWER)).status_code == 422
-    assert client.get(f"/admin/v1/holds/{open_hold['id']}", headers=auth(VIEWER)).json()["id"] == open_hold["id"]
+    assert (
+        client.get(f"/admin/v1/holds/{open_hold['id']}", headers=auth(VIEWER)).json()["id"] == open_hold["id"]
+    )
 
 
-def test_contract_example_usage_on_claude(client: TestClient[Any], make_account: Any, contract_version: str) -> None:
+def test_contract_example_usage_on_claude(
+    client: TestClient[Any], make_account: Any, contract_version: str
+) -> None:
     account_id = make_account("20")
     r = client.post(
         "/v1/holds",
-        json={"account_id": account_id, "idempotency_key": "c1", "model": "claude-sonnet-4-6",
-              "max_output_tokens": 1000, "price_version": contract_version},
+        json={
+            "account_id": account_id,
+            "idempotency_key": "c1",
+            "model": "claude-sonnet-4-6",
+            "max_output_tokens": 1000,
+            "price_version": contract_version,
+        },
         headers=auth(GATEWAY),
     )
     assert r.status_code == 201
     # input side: the highest of 3, 0.3, 3.75, 6 -> 6 x 1,000,000 / 1e6 = 6; output 1000 x 15 / 1e6
     assert r.json()["amount"] == "6.015"
-    settle = call(client, r.json()["id"], "settle", usage(
-        12000, 800, prompt_tokens_details={"cached_tokens": 2000, "cache_write_tokens": 3000},
-        completion_tokens_details={"reasoning_tokens": 300},
-        claude_cache_creation_5_m_tokens=1000, claude_cache_creation_1_h_tokens=2000,
-    ))
+    settle = call(
+        client,
+        r.json()["id"],
+        "settle",
+        usage(
+            12000,
+            800,
+            prompt_tokens_details={"cached_tokens": 2000, "cache_write_tokens": 3000},
+            completion_tokens_details={"reasoning_tokens": 300},
+            claude_cache_creation_5_m_tokens=1000,
+            claude_cache_creation_1_h_tokens=2000,
+        ),
+    )
     assert settle.status_code == 200
     assert settle.json()["charge"]["amount"] == "0.04935"
     assert balance(client, account_id) == {"balance": "19.95065", "held": "0", "available": "19.95065"}

@@ -36,7 +36,9 @@ def test_publish_list_and_get(client: TestClient[Any]) -> None:
     assert body["published_by"].startswith("finance:")
     got = client.get(f"/admin/v1/price-versions/{body['version']}", headers=auth(VIEWER)).json()
     assert got["document"]["models"][0]["rates"] == {"input": "2", "output": "10"}
-    listed = client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"]
+    listed = client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()[
+        "data"
+    ]
     assert body["version"] in [v["version"] for v in listed]
     missing = client.get("/admin/v1/price-versions/v99999999", headers=auth(VIEWER))
     assert missing.status_code == 404
@@ -65,22 +67,31 @@ def _variant(change: Any) -> dict[str, Any]:
         (lambda d: d["models"][0].__setitem__("max_input_tokens", 0), "models[0].max_input_tokens"),
         (lambda d: d["models"][1].__setitem__("max_output_tokens", -5), "models[1].max_output_tokens"),
         (lambda d: d["models"].append(dict(d["models"][0])), "models[2].model"),
-        (lambda d: d["models"][0]["long_context"]["rates"].pop("cache_write"), "models[0].long_context.rates"),
+        (
+            lambda d: d["models"][0]["long_context"]["rates"].pop("cache_write"),
+            "models[0].long_context.rates",
+        ),
     ],
 )
 def test_refused_documents_publish_nothing(client: TestClient[Any], change: Any, param: str) -> None:
-    before = len(client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"])
+    before = len(
+        client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"]
+    )
     r = client.post("/admin/v1/price-versions", json=_variant(change), headers=auth(FINANCE))
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "validation_error"
     assert r.json()["error"]["param"].startswith(param), r.json()
-    after = len(client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"])
+    after = len(
+        client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"]
+    )
     assert after == before
     bad = client.post("/admin/v1/price-versions", content=b"{nope", headers=auth(FINANCE))
     assert bad.status_code == 400
 
 
-def test_published_versions_are_immutable_in_sql(client: TestClient[Any], sql: psycopg.Connection[Any]) -> None:
+def test_published_versions_are_immutable_in_sql(
+    client: TestClient[Any], sql: psycopg.Connection[Any]
+) -> None:
     version = publish(client, simple_document(fresh_currency()))
     for statement in (
         "UPDATE price_versions SET document = '{}'::jsonb WHERE version = %s",
@@ -100,12 +111,32 @@ def test_quotes_follow_the_contract_example(client: TestClient[Any], contract_ve
     long = quote(client, {**base, "usage": {"prompt_tokens": 272001, "completion_tokens": 1000}}).json()
     assert long["charge"]["tier"] == "long_context"
     assert long["charge"]["amount"] == "1.382505"  # 272001 x 5 + 1000 x 22.5
-    claude = quote(client, {"model": "claude-sonnet-4-6", "price_version": contract_version, "usage": {
-        "prompt_tokens": 10000, "completion_tokens": 100,
-        "claude_cache_creation_5_m_tokens": 1000, "claude_cache_creation_1_h_tokens": 2000}}).json()
+    claude = quote(
+        client,
+        {
+            "model": "claude-sonnet-4-6",
+            "price_version": contract_version,
+            "usage": {
+                "prompt_tokens": 10000,
+                "completion_tokens": 100,
+                "claude_cache_creation_5_m_tokens": 1000,
+                "claude_cache_creation_1_h_tokens": 2000,
+            },
+        },
+    ).json()
     lines = {line["category"]: line for line in claude["charge"]["lines"]}
-    assert lines["cache_write_5m"] == {"category": "cache_write_5m", "tokens": 1000, "rate": "3.75", "amount": "0.00375"}
-    assert lines["cache_write_1h"] == {"category": "cache_write_1h", "tokens": 2000, "rate": "6", "amount": "0.012"}
+    assert lines["cache_write_5m"] == {
+        "category": "cache_write_5m",
+        "tokens": 1000,
+        "rate": "3.75",
+        "amount": "0.00375",
+    }
+    assert lines["cache_write_1h"] == {
+        "category": "cache_write_1h",
+        "tokens": 2000,
+        "rate": "6",
+        "amount": "0.012",
+    }
     assert lines["input"]["tokens"] == 7000
     res = quote(client, {**base, "max_output_tokens": 1000, "n": 2}).json()
     # 1,050,000 > 272,000 so the long-context input rate 5 applies: 5.25 + 2 x 1000 x 22.5 / 1e6
@@ -117,7 +148,9 @@ def test_quotes_follow_the_contract_example(client: TestClient[Any], contract_ve
     both = quote(client, {**base, "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "n": 2})
     assert both.status_code == 422
     assert quote(client, {**base, "model": "nope"}).status_code == 503
-    assert quote(client, {**base, "max_output_tokens": 128001}).json()["error"]["code"] == "model_limit_exceeded"
+    assert (
+        quote(client, {**base, "max_output_tokens": 128001}).json()["error"]["code"] == "model_limit_exceeded"
+    )
     assert client.post("/admin/v1/quotes", json=base, headers=auth(VIEWER)).status_code == 200
 
 
@@ -125,15 +158,26 @@ def test_active_version_follows_effective_at(client: TestClient[Any]) -> None:
     currency = fresh_currency()
     past = publish(client, simple_document(currency, input_rate="1", effective_at="2020-01-01T00:00:00Z"))
     publish(client, simple_document(currency, input_rate="9", effective_at="2999-01-01T00:00:00Z"))
-    r = quote(client, {"model": "t-simple", "currency": currency, "usage": {"prompt_tokens": 10, "completion_tokens": 0}})
+    r = quote(
+        client,
+        {"model": "t-simple", "currency": currency, "usage": {"prompt_tokens": 10, "completion_tokens": 0}},
+    )
     assert r.json()["price_version"] == past
     assert r.json()["charge"]["amount"] == "0.00001"
 
 
-def run_cli(database: str, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    database: str, *args: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **TEST_ENV, "LEDGER_DATABASE_URL": database, **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "ledger.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ledger.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_publish_refresh_and_diff(database: str, tmp_path: Path) -> None:

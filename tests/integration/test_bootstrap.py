@@ -32,8 +32,14 @@ def test_empty_database_gets_the_bundled_sheets_once(pg_admin_url: str) -> None:
         assert versions[0]["published_by"] == "bootstrap"
         assert sorted(versions[0]["models"]) == sorted(m.model for m in bundled_document().models)
         with TestClient(app) as client:
-            r = client.post("/v1/quotes", json={"model": "claude-sonnet-4-6", "usage": {
-                "prompt_tokens": 1000, "completion_tokens": 100}}, headers=auth(GATEWAY))
+            r = client.post(
+                "/v1/quotes",
+                json={
+                    "model": "claude-sonnet-4-6",
+                    "usage": {"prompt_tokens": 1000, "completion_tokens": 100},
+                },
+                headers=auth(GATEWAY),
+            )
             assert r.status_code == 200
             assert r.json()["charge"]["amount"] == "0.0045"  # 1000 x 3 + 100 x 15, per 1e6
     finally:

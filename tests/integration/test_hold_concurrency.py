@@ -24,7 +24,17 @@ import httpx
 import pytest
 from litestar.testing import TestClient
 
-from tests.conftest import FINANCE, GATEWAY, TEST_ENV, VIEWER, auth, fresh_currency, new_id, publish, simple_document
+from tests.conftest import (
+    FINANCE,
+    GATEWAY,
+    TEST_ENV,
+    VIEWER,
+    auth,
+    fresh_currency,
+    new_id,
+    publish,
+    simple_document,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = 50
@@ -40,13 +50,21 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(database: str, contract_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, **TEST_ENV, "LEDGER_DATABASE_URL": database, "LEDGER_DB_POOL_SIZE": "30",
-           "LEDGER_DB_MAX_OVERFLOW": "30"}
+    env = {
+        **os.environ,
+        **TEST_ENV,
+        "LEDGER_DATABASE_URL": database,
+        "LEDGER_DB_POOL_SIZE": "30",
+        "LEDGER_DB_MAX_OVERFLOW": "30",
+    }
     env.pop("LEDGER_REDIS_URL", None)
     log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -67,7 +85,9 @@ def server(database: str, contract_version: str, tmp_path_factory: pytest.TempPa
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        errors = [line for line in Path(log.name).read_text(errors="replace").splitlines() if "Traceback" in line]
+        errors = [
+            line for line in Path(log.name).read_text(errors="replace").splitlines() if "Traceback" in line
+        ]
         assert not errors, f"the server logged {len(errors)} tracebacks; see {log.name}"
 
 
@@ -98,7 +118,12 @@ def funded(client: TestClient[Any], make_account: Any) -> Callable[[str], str]:
 
 
 def reserve_body(account_id: str, key: str, max_output: int = 100) -> dict[str, Any]:
-    return {"account_id": account_id, "idempotency_key": key, "model": "t-simple", "max_output_tokens": max_output}
+    return {
+        "account_id": account_id,
+        "idempotency_key": key,
+        "model": "t-simple",
+        "max_output_tokens": max_output,
+    }
 
 
 def account(client: TestClient[Any], account_id: str) -> dict[str, Decimal]:
@@ -125,7 +150,9 @@ def test_parallel_reserves_never_overspend(
     statuses = Counter(together(PARALLEL, work))
     assert statuses == {201: affordable, 402: PARALLEL - affordable}
     assert account(client, account_id) == {
-        "balance": each * affordable, "held": each * affordable, "available": Decimal(0),
+        "balance": each * affordable,
+        "held": each * affordable,
+        "available": Decimal(0),
     }
     integrity_ok(client)
 
@@ -157,8 +184,11 @@ def test_settle_racing_release_has_one_winner(
     def work(http: httpx.Client, i: int) -> tuple[str, str, int]:
         hold_id = holds[i // 2]
         if i % 2 == 0:
-            r = http.post(f"{server}/v1/holds/{hold_id}/settle",
-                          json={"usage": {"prompt_tokens": 100, "completion_tokens": 10}}, headers=auth(GATEWAY))
+            r = http.post(
+                f"{server}/v1/holds/{hold_id}/settle",
+                json={"usage": {"prompt_tokens": 100, "completion_tokens": 10}},
+                headers=auth(GATEWAY),
+            )
             return hold_id, "settle", r.status_code
         r = http.post(f"{server}/v1/holds/{hold_id}/release", headers=auth(GATEWAY))
         return hold_id, "release", r.status_code
@@ -174,26 +204,34 @@ def test_settle_racing_release_has_one_winner(
         settled += winner == "settle"
     charge = Decimal("0.0003")  # 100 x 2 + 10 x 10 per 1e6
     assert account(client, account_id) == {
-        "balance": 1 - settled * charge, "held": Decimal(0), "available": 1 - settled * charge,
+        "balance": 1 - settled * charge,
+        "held": Decimal(0),
+        "available": 1 - settled * charge,
     }
     integrity_ok(client)
 
 
-def test_repeated_settles_charge_once(server: str, client: TestClient[Any], funded: Callable[[str], str]) -> None:
+def test_repeated_settles_charge_once(
+    server: str, client: TestClient[Any], funded: Callable[[str], str]
+) -> None:
     account_id = funded("1")
     hold_id = client.post("/v1/holds", json=reserve_body(account_id, "x"), headers=auth(GATEWAY)).json()["id"]
 
     def work(http: httpx.Client, i: int) -> tuple[int, Any]:
-        r = http.post(f"{server}/v1/holds/{hold_id}/settle",
-                      json={"usage": {"prompt_tokens": 500, "completion_tokens": 50}}, headers=auth(GATEWAY))
+        r = http.post(
+            f"{server}/v1/holds/{hold_id}/settle",
+            json={"usage": {"prompt_tokens": 500, "completion_tokens": 50}},
+            headers=auth(GATEWAY),
+        )
         return r.status_code, r.json().get("charge")
 
     results = together(20, work)
     assert {status for status, _ in results} == {200}
     assert len({str(charge) for _, charge in results}) == 1
     assert account(client, account_id)["balance"] == Decimal("0.9985")
-    journal = client.get(f"/admin/v1/accounts/{account_id}/transactions", params={"limit": 50},
-                         headers=auth(VIEWER)).json()["data"]
+    journal = client.get(
+        f"/admin/v1/accounts/{account_id}/transactions", params={"limit": 50}, headers=auth(VIEWER)
+    ).json()["data"]
     assert Counter(t["kind"] for t in journal) == {"deposit": 1, "reserve": 1, "settle": 1}
 
 
@@ -205,14 +243,17 @@ def test_mixed_storm_on_one_account_no_500_no_deadlock(
     def work(http: httpx.Client, i: int) -> list[int]:
         seen: list[int] = []
         for round_ in range(6):
-            r = http.post(f"{server}/v1/holds", json=reserve_body(account_id, f"s{i}-{round_}"),
-                          headers=auth(GATEWAY))
+            r = http.post(
+                f"{server}/v1/holds", json=reserve_body(account_id, f"s{i}-{round_}"), headers=auth(GATEWAY)
+            )
             seen.append(r.status_code)
             if r.status_code != 201:
                 continue
             hold_id = r.json()["id"]
             verb = ("settle", "release", "interrupt")[(i + round_) % 3]
-            body = {"usage": {"prompt_tokens": 200 + i, "completion_tokens": 20}} if verb != "release" else None
+            body = (
+                {"usage": {"prompt_tokens": 200 + i, "completion_tokens": 20}} if verb != "release" else None
+            )
             r = http.post(f"{server}/v1/holds/{hold_id}/{verb}", json=body, headers=auth(GATEWAY))
             seen.append(r.status_code)
             if verb == "interrupt":
@@ -228,8 +269,12 @@ def test_mixed_storm_on_one_account_no_500_no_deadlock(
     assert after["available"] == after["balance"]
     assert after["balance"] >= 0
     integrity_ok(client)
-    assert client.get("/admin/v1/holds", params={"account_id": account_id, "state": "open"},
-                      headers=auth(VIEWER)).json()["data"] == []
+    assert (
+        client.get(
+            "/admin/v1/holds", params={"account_id": account_id, "state": "open"}, headers=auth(VIEWER)
+        ).json()["data"]
+        == []
+    )
 
 
 def test_server_metrics_count_requests(server: str) -> None:

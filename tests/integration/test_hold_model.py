@@ -64,8 +64,11 @@ class HoldMachine(RuleBasedStateMachine):
     def open_accounts(self) -> None:
         for _ in range(3):
             account_id = new_id("sm")
-            r = self.client.post("/admin/v1/accounts", json={"account_id": account_id, "currency": self.currency},
-                                 headers=auth(FINANCE))
+            r = self.client.post(
+                "/admin/v1/accounts",
+                json={"account_id": account_id, "currency": self.currency},
+                headers=auth(FINANCE),
+            )
             assert r.status_code == 201
             self.accounts[account_id] = ModelAccount()
             self.names.append(account_id)
@@ -73,8 +76,11 @@ class HoldMachine(RuleBasedStateMachine):
     @rule(which=st.integers(0, 2), amount=st.decimals(Decimal("0.000001"), Decimal("0.02"), places=6))
     def deposit(self, which: int, amount: Decimal) -> None:
         account_id = self.names[which]
-        r = self.client.post(f"/admin/v1/accounts/{account_id}/deposits",
-                             json={"idempotency_key": new_id("d"), "amount": f"{amount}"}, headers=auth(FINANCE))
+        r = self.client.post(
+            f"/admin/v1/accounts/{account_id}/deposits",
+            json={"idempotency_key": new_id("d"), "amount": f"{amount}"},
+            headers=auth(FINANCE),
+        )
         assert r.status_code == 201, r.text
         self.accounts[account_id].balance += amount
 
@@ -83,9 +89,17 @@ class HoldMachine(RuleBasedStateMachine):
         account_id = self.names[which]
         acct = self.accounts[account_id]
         amount = reservation(max_output, n)
-        r = self.client.post("/v1/holds", json={
-            "account_id": account_id, "idempotency_key": new_id("r"), "model": "t-simple",
-            "max_output_tokens": max_output, "n": n}, headers=auth(GATEWAY))
+        r = self.client.post(
+            "/v1/holds",
+            json={
+                "account_id": account_id,
+                "idempotency_key": new_id("r"),
+                "model": "t-simple",
+                "max_output_tokens": max_output,
+                "n": n,
+            },
+            headers=auth(GATEWAY),
+        )
         if acct.balance - acct.held >= amount:
             assert r.status_code == 201, r.text
             assert Decimal(r.json()["amount"]) == amount
@@ -201,7 +215,9 @@ def machine(client: TestClient[Any]) -> type[HoldMachine]:
 def test_hold_lifecycle_matches_the_model(machine: type[HoldMachine]) -> None:
     test_case = machine.TestCase
     test_case.settings = settings(
-        max_examples=30, stateful_step_count=25, deadline=None,
+        max_examples=30,
+        stateful_step_count=25,
+        deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     test_case().runTest()

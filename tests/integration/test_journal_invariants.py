@@ -14,14 +14,17 @@ from ledger.integrity.service import check_on
 
 def new_transaction(conn: psycopg.Connection[Any], account_id: str) -> int:
     row = conn.execute(
-        "INSERT INTO journal_transactions (kind, account_id, actor) VALUES ('adjustment', %s, 'sql') RETURNING id",
+        "INSERT INTO journal_transactions (kind, account_id, actor) "
+        "VALUES ('adjustment', %s, 'sql') RETURNING id",
         (account_id,),
     ).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def add_entry(conn: psycopg.Connection[Any], txn: int, account_id: str, amount: str, currency: str = "USD") -> None:
+def add_entry(
+    conn: psycopg.Connection[Any], txn: int, account_id: str, amount: str, currency: str = "USD"
+) -> None:
     conn.execute(
         "INSERT INTO journal_entries (transaction_id, account_id, currency, amount) VALUES (%s, %s, %s, %s)",
         (txn, account_id, currency, amount),
@@ -56,12 +59,14 @@ def funded(make_account: Any) -> str:
 
 
 def test_update_and_delete_of_entries_are_refused(funded: str, sql: psycopg.Connection[Any]) -> None:
-    assert "append-only" in refused(sql, "UPDATE journal_entries SET amount = amount * 2 WHERE account_id = %s",
-                                    (funded,))
+    assert "append-only" in refused(
+        sql, "UPDATE journal_entries SET amount = amount * 2 WHERE account_id = %s", (funded,)
+    )
     assert "append-only" in refused(sql, "DELETE FROM journal_entries WHERE account_id = %s", (funded,))
     assert "append-only" in refused(sql, "TRUNCATE journal_entries CASCADE")
-    assert "append-only" in refused(sql, "UPDATE journal_transactions SET actor = 'x' WHERE account_id = %s",
-                                    (funded,))
+    assert "append-only" in refused(
+        sql, "UPDATE journal_transactions SET actor = 'x' WHERE account_id = %s", (funded,)
+    )
     assert "append-only" in refused(sql, "DELETE FROM journal_transactions WHERE account_id = %s", (funded,))
     assert "append-only" in refused(sql, "UPDATE audit_log SET reason = 'hidden'")
     assert "append-only" in refused(sql, "DELETE FROM audit_log")
@@ -123,7 +128,9 @@ def test_cached_balances_cannot_be_edited(funded: str, sql: psycopg.Connection[A
     assert "only through journal entries" in refused(
         sql, "UPDATE accounts SET balance = 1000000 WHERE id = %s", (funded,)
     )
-    assert "only through journal entries" in refused(sql, "UPDATE accounts SET held = 1 WHERE id = %s", (funded,))
+    assert "only through journal entries" in refused(
+        sql, "UPDATE accounts SET held = 1 WHERE id = %s", (funded,)
+    )
     assert "never change" in refused(sql, "UPDATE accounts SET currency = 'EUR' WHERE id = %s", (funded,))
     assert "never deleted" in refused(sql, "DELETE FROM accounts WHERE id = %s", (funded,))
     assert "starts at zero" in refused(
@@ -151,7 +158,7 @@ def test_integrity_reports_a_mismatch(funded: str, database: str) -> None:
                 )
                 await conn.exec_driver_sql(
                     "INSERT INTO journal_entries (transaction_id, account_id, currency, amount) "
-                    f"SELECT max(id), 'system:adjustments:USD', 'USD', 7 FROM journal_transactions"
+                    "SELECT max(id), 'system:adjustments:USD', 'USD', 7 FROM journal_transactions"
                 )
                 report = await check_on(conn)
                 await conn.rollback()
@@ -161,8 +168,12 @@ def test_integrity_reports_a_mismatch(funded: str, database: str) -> None:
 
     report = asyncio.run(run())
     assert report["ok"] is False
-    assert {"account_id": funded, "balance": "99", "journal_balance": "5", "held": "0", "journal_held": "0"} in (
-        report["account_mismatches"]
-    )
+    assert {
+        "account_id": funded,
+        "balance": "99",
+        "journal_balance": "5",
+        "held": "0",
+        "journal_held": "0",
+    } in (report["account_mismatches"])
     assert report["totals"]["USD"] == "7"
     assert any(u["sum"] == "7" for u in report["unbalanced_transactions"])

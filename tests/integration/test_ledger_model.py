@@ -45,7 +45,7 @@ def test_random_money_movements_match_the_model(client: TestClient[Any], ops: li
         if kind == "replay":
             if last is None:
                 continue
-            path, acct, body, previous = last
+            path, _acct, body, previous = last
             r = client.post(path, json=body, headers=auth(FINANCE))
             assert r.status_code == 200, r.text
             assert r.json() == previous
