@@ -11,6 +11,8 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.metrics import LATENCY, REQUESTS
 
+log = structlog.get_logger("ledger.access")
+
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -39,7 +41,15 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
         finally:
             route = scope.get("path_template") or "unmatched"
             method = scope.get("method", "")
-            LATENCY.labels(method, route).observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            LATENCY.labels(method, route).observe(elapsed)
             REQUESTS.labels(method, route, str(status["code"])).inc()
+            log.info(
+                "request",
+                method=method,
+                route=route,
+                status=status["code"],
+                duration_ms=round(elapsed * 1000, 2),
+            )
 
     return middleware
