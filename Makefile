@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/ledger serve --host $${LEDGER_HOST:-127.0.0.1} --port $${LEDGER_PORT:-8000}
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $${PYTEST_WORKERS:-2} $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $${PYTEST_WORKERS:-2} --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ledger pricing workers migrations tests bench

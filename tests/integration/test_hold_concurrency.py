@@ -54,7 +54,7 @@ def server(database: str, contract_version: str, tmp_path_factory: pytest.TempPa
         **os.environ,
         **TEST_ENV,
         "LEDGER_DATABASE_URL": database,
-        "LEDGER_DB_POOL_SIZE": "30",
+        "LEDGER_DB_POOL_SIZE": "20",
         "LEDGER_DB_MAX_OVERFLOW": "30",
     }
     env.pop("LEDGER_REDIS_URL", None)
