@@ -55,7 +55,7 @@ def server(database: str, contract_version: str, tmp_path_factory: pytest.TempPa
         **TEST_ENV,
         "LEDGER_DATABASE_URL": database,
         "LEDGER_DB_POOL_SIZE": "20",
-        "LEDGER_DB_MAX_OVERFLOW": "30",
+        "LEDGER_DB_MAX_OVERFLOW": "5",
     }
     env.pop("LEDGER_REDIS_URL", None)
     log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")  # noqa: SIM115
