@@ -51,10 +51,12 @@ _INSERT = text(
 
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
 
-# Lock the hold's account (found by an unlocked lookup: a hold's account never changes).
-_LOCK_ACCOUNT_OF_HOLD = text(
-    "SELECT id, currency, balance, held, credit_limit FROM accounts "
-    "WHERE id = (SELECT account_id FROM holds WHERE id = :id) FOR UPDATE"
+# Lock the hold's account, then the hold, in one statement. Rows are locked in the order
+# of the OF list (account first, as everywhere), and after waiting for a lock PostgreSQL
+# re-reads every locked row, so the hold returned is its latest committed version.
+_LOCK_HOLD = text(
+    "SELECT " + ", ".join(f"h.{c.strip()}" for c in HOLD_COLUMNS.split(",")) + " FROM holds h "
+    "JOIN accounts a ON a.id = h.account_id WHERE h.id = :id FOR UPDATE OF a, h"
 )
 
 _LIST = text(
@@ -112,8 +114,9 @@ async def get(conn: AsyncConnection, hold_id: UUID) -> Any | None:
     return (await conn.execute(_GET, {"id": hold_id})).first()
 
 
-async def lock_account_of(conn: AsyncConnection, hold_id: UUID) -> Any | None:
-    return (await conn.execute(_LOCK_ACCOUNT_OF_HOLD, {"id": hold_id})).first()
+async def lock_hold(conn: AsyncConnection, hold_id: UUID) -> Any | None:
+    """The hold, with its account row and then its own row locked FOR UPDATE."""
+    return (await conn.execute(_LOCK_HOLD, {"id": hold_id})).first()
 
 
 async def update(conn: AsyncConnection, hold_id: UUID, **changes: Any) -> Any:

@@ -230,12 +230,10 @@ class HoldService:
         hold_id = hold_id_of(hold_ref)
 
         async def work(conn: AsyncConnection) -> Hold:
-            account = await repository.lock_account_of(conn, hold_id)
-            if account is None:
+            hold = await repository.lock_hold(conn, hold_id)
+            if hold is None:
                 raise HoldNotFound(f"hold {hold_ref!r} does not exist")
-            hold = await repository.get(conn, hold_id)
-            row = await step(conn, account, hold)
-            return view(row)
+            return view(await step(conn, hold))
 
         result = await transaction(self.engine, work)
         if kind:
@@ -258,7 +256,7 @@ class HoldService:
         return usage
 
     async def checkpoint(self, hold_ref: str, raw: dict[str, Any], actor: Actor) -> Hold:
-        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+        async def step(conn: AsyncConnection, hold: Any) -> Any:
             if hold.state != "open":
                 raise HoldStateConflict(f"hold is {hold.state}; checkpoints are taken only while open")
             usage = self._grown(hold, raw)
@@ -268,7 +266,7 @@ class HoldService:
         return await self._locked(hold_ref, actor, step)
 
     async def interrupt(self, hold_ref: str, raw: dict[str, Any] | None, actor: Actor) -> Hold:
-        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+        async def step(conn: AsyncConnection, hold: Any) -> Any:
             if hold.state not in UNRESOLVED:
                 raise HoldStateConflict(f"hold is already {hold.state}")
             usage = self._grown(hold, raw)
@@ -288,7 +286,7 @@ class HoldService:
     ) -> Hold:
         usage = parse(raw)
 
-        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+        async def step(conn: AsyncConnection, hold: Any) -> Any:
             return await self.settle_locked(conn, hold, usage, actor, reason=reason)
 
         return await self._locked(hold_ref, actor, step, kind="settle")
@@ -374,7 +372,7 @@ class HoldService:
     # --- release -------------------------------------------------------------------------
 
     async def release(self, hold_ref: str, actor: Actor, *, reason: str | None = None) -> Hold:
-        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+        async def step(conn: AsyncConnection, hold: Any) -> Any:
             return await self.release_locked(conn, hold, actor, reason=reason)
 
         return await self._locked(hold_ref, actor, step, kind="release")
@@ -416,7 +414,7 @@ class HoldService:
     ) -> Hold:
         given = parse(raw) if raw is not None else None
 
-        async def step(conn: AsyncConnection, account: Any, hold: Any) -> Any:
+        async def step(conn: AsyncConnection, hold: Any) -> Any:
             if hold.state not in UNRESOLVED:
                 raise HoldStateConflict(f"hold is already {hold.state}; use an adjustment to correct it")
             usage = given or (parse(hold.usage) if hold.usage is not None else None)
