@@ -42,6 +42,7 @@ class Settings:
     dev_tokens: bool
     host: str
     port: int
+    web_workers: int
     log_format: Literal["json", "console", "auto"]
     log_level: str
     db_pool_size: int
@@ -134,6 +135,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         dev_tokens=dev_tokens,
         host=env.get("LEDGER_HOST", "127.0.0.1"),
         port=_int(env, "LEDGER_PORT", 8000, minimum=0),
+        web_workers=_int(env, "LEDGER_WEB_WORKERS", 1, minimum=1),
         log_format=log_format,  # type: ignore[arg-type]
         log_level=env.get("LEDGER_LOG_LEVEL", "info").upper(),
         db_pool_size=_int(env, "LEDGER_DB_POOL_SIZE", 20, minimum=1),
@@ -151,6 +153,6 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         price_refresh_cron=env.get("LEDGER_PRICE_REFRESH_CRON", "17 * * * *"),
         integrity_cron=env.get("LEDGER_INTEGRITY_CRON", "*/5 * * * *"),
         reconcile_interval_seconds=_int(
-            env, "LEDGER_RECONCILE_INTERVAL_SECONDS", EMBEDDED_RECONCILE_INTERVAL if database_url is None else 0
+            env, "LEDGER_RECONCILE_INTERVAL_SECONDS", 0 if database_url else EMBEDDED_RECONCILE_INTERVAL
         ),
     )
