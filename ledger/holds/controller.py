@@ -91,7 +91,7 @@ class AdminHoldController(Controller):
             if older_than_seconds is not None
             else None
         )
-        data, next_cursor = await service(request).list(
+        data, next_cursor = await service(request).page(
             state=hold_state, account_id=account_id, older_than=older_than, cursor=cursor, limit=limit
         )
         return Page(data=data, next_cursor=next_cursor)

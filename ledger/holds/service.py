@@ -41,12 +41,13 @@ from ledger.holds.schemas import Hold, ReserveRequest
 from ledger.idempotency import request_hash
 from ledger.ids import parse_uuid, uuid7
 from ledger.journal import repository as journal
+from ledger.journal.postings import Leg
 from ledger.metrics import MONEY_MOVEMENTS
-from ledger.prices.service import PriceService, translate_pricing_error
+from ledger.prices.service import PriceService, size, translate_pricing_error
 from ledger.schemas import iso
 from ledger.settings import Settings
 from pricing import errors as pricing_errors
-from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
+from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins
 from pricing.money import format_amount
 from pricing.usage import Usage, parse_usage, usage_grows_from
 
@@ -141,15 +142,7 @@ class HoldService:
             version, price = await self.prices.resolve(
                 conn, currency=currency, model=body.model, pinned=version
             )
-            try:
-                reservation = size_reservation(
-                    price,
-                    max_input_tokens=body.max_input_tokens,
-                    max_output_tokens=body.max_output_tokens,
-                    n=body.n,
-                )
-            except pricing_errors.PricingInputError as error:
-                raise translate_pricing_error(error) from error
+            reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
             breakdown = reservation_to_builtins(reservation)
             available = account.balance + account.credit_limit - account.held
             if available < reservation.amount:
@@ -206,7 +199,7 @@ class HoldService:
             raise HoldNotFound(f"hold {hold_ref!r} does not exist")
         return view(row)
 
-    async def list(
+    async def page(
         self,
         *,
         state: str | None,
@@ -291,6 +284,22 @@ class HoldService:
 
         return await self._locked(hold_ref, actor, step, kind="settle")
 
+    async def _post(
+        self, conn: AsyncConnection, hold: Any, kind: str, legs: list[Leg], actor: Actor, reason: str | None
+    ) -> None:
+        """Write the hold's journal transaction, unless every leg is zero (nothing moves)."""
+        if moves_money(legs):
+            await journal.post(
+                conn,
+                kind=kind,
+                account_id=hold.account_id,
+                currency=hold.currency.strip(),
+                legs=legs,
+                actor=actor.identity,
+                hold_id=hold.id,
+                reason=reason,
+            )
+
     async def _charge(self, conn: AsyncConnection, hold: Any, usage: Usage) -> Any:
         doc = await self.prices.document(conn, hold.price_version)
         try:
@@ -307,17 +316,7 @@ class HoldService:
             charge = await self._charge(conn, hold, usage)
             held, amount = hold.amount, charge.amount
             legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
-            if moves_money(legs):
-                await journal.post(
-                    conn,
-                    kind="settle",
-                    account_id=hold.account_id,
-                    currency=hold.currency.strip(),
-                    legs=legs,
-                    actor=actor.identity,
-                    hold_id=hold.id,
-                    reason=reason,
-                )
+            await self._post(conn, hold, "settle", legs, actor, reason)
             await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
             return await repository.update(
                 conn,
@@ -346,17 +345,7 @@ class HoldService:
         previous = hold.charged or Decimal(0)
         difference = charge.amount - previous
         legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
-        if moves_money(legs):
-            await journal.post(
-                conn,
-                kind="true_up",
-                account_id=hold.account_id,
-                currency=hold.currency.strip(),
-                legs=legs,
-                actor=actor.identity,
-                hold_id=hold.id,
-                reason=f"late settle after {hold.resolved_by}",
-            )
+        await self._post(conn, hold, "true_up", legs, actor, f"late settle after {hold.resolved_by}")
         return await repository.update(
             conn,
             hold.id,
@@ -384,18 +373,7 @@ class HoldService:
             return hold  # releasing twice is not an error
         if hold.state == "settled":
             raise HoldStateConflict("hold is already settled; it cannot be released")
-        legs = release_legs(hold.account_id, hold.amount)
-        if moves_money(legs):
-            await journal.post(
-                conn,
-                kind="release",
-                account_id=hold.account_id,
-                currency=hold.currency.strip(),
-                legs=legs,
-                actor=actor.identity,
-                hold_id=hold.id,
-                reason=reason,
-            )
+        await self._post(conn, hold, "release", release_legs(hold.account_id, hold.amount), actor, reason)
         await self._audit(conn, actor, "hold.release", hold, reason, {"released": format_amount(hold.amount)})
         return await repository.update(
             conn,

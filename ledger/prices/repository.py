@@ -13,7 +13,7 @@ _COLUMNS = "version, content_hash, currency, effective_at, source, published_by,
 _INSERT = text(
     "INSERT INTO price_versions (content_hash, currency, effective_at, source, document, published_by) "
     "VALUES (:content_hash, :currency, :effective_at, :source, CAST(:document AS jsonb), :published_by) "
-    f"RETURNING {_COLUMNS}"
+    f"RETURNING {_COLUMNS}, document"
 )
 _GET = text(f"SELECT {_COLUMNS}, document FROM price_versions WHERE version = :version")
 _LIST = text(

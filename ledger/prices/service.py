@@ -44,7 +44,13 @@ from pricing.document import (
     document_to_builtins,
     parse_price_document,
 )
-from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins, size_reservation
+from pricing.engine import (
+    Reservation,
+    charge_to_builtins,
+    compute_charge,
+    reservation_to_builtins,
+    size_reservation,
+)
 from pricing.money import format_amount
 from pricing.usage import parse_usage
 
@@ -66,6 +72,14 @@ def translate_pricing_error(error: Exception) -> Exception:
             f"no valid price for model {error.model!r} in the selected price version", param="model"
         )
     return error
+
+
+def size(price: ModelPrice, max_input: int | None, max_output: int | None, n: int | None) -> Reservation:
+    """Size a reservation as a reserve would; the engine's refusals become ledger errors."""
+    try:
+        return size_reservation(price, max_input_tokens=max_input, max_output_tokens=max_output, n=n)
+    except pricing_errors.PricingInputError as error:
+        raise translate_pricing_error(error) from error
 
 
 def view(row: Any, *, with_document: bool = False) -> PriceVersion:
@@ -120,16 +134,7 @@ class PriceService:
             },
             request_id=actor.request_id,
         )
-        return PriceVersion(
-            version=row.version,
-            content_hash=row.content_hash,
-            currency=row.currency.strip(),
-            effective_at=iso(row.effective_at),
-            source=row.source,
-            published_by=row.published_by,
-            published_at=iso(row.published_at),
-            models=[m.model for m in doc.models],
-        )
+        return view(row)
 
     async def publish(self, doc: PriceDocument, actor: Actor) -> PriceVersion:
         async def work(conn: AsyncConnection) -> PriceVersion:
@@ -269,18 +274,13 @@ class PriceService:
             version, price = await self.resolve(
                 conn, currency=body.currency, model=body.model, pinned=body.price_version
             )
-        try:
-            if body.usage is not None:
+        if body.usage is not None:
+            try:
                 charge = compute_charge(price, parse_usage(body.usage))
-                return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(charge))
-            reservation = size_reservation(
-                price,
-                max_input_tokens=body.max_input_tokens,
-                max_output_tokens=body.max_output_tokens,
-                n=body.n,
-            )
-        except pricing_errors.PricingInputError as error:
-            raise translate_pricing_error(error) from error
+            except pricing_errors.PricingInputError as error:
+                raise translate_pricing_error(error) from error
+            return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(charge))
+        reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
         return ReservationQuote(
             model=body.model, price_version=version, reservation=reservation_to_builtins(reservation)
         )
