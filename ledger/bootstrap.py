@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,23 @@ async def seed_prices(app: Litestar) -> None:
         log.info("prices.seeded", version=version.version, models=version.models)
 
 
-def startup_hooks(settings: Settings, database_url: str) -> tuple[list[Callable[..., Any]], list[Callable[..., Any]]]:
-    on_startup: list[Callable[..., Any]] = [seed_prices]
-    on_shutdown: list[Callable[..., Any]] = []
+Hooks = list[Callable[..., Any]]
+
+
+def startup_hooks(settings: Settings, database_url: str) -> tuple[Hooks, Hooks]:
+    on_startup: Hooks = [seed_prices]
+    on_shutdown: Hooks = []
+    if settings.embedded:
+        from workers.embedded import EmbeddedJobs
+
+        jobs = EmbeddedJobs(settings, database_url)
+
+        async def start_jobs(app: Litestar) -> None:
+            jobs.start()
+
+        async def stop_jobs(app: Litestar) -> None:
+            await asyncio.to_thread(jobs.stop)
+
+        on_startup.append(start_jobs)
+        on_shutdown.append(stop_jobs)
     return on_startup, on_shutdown

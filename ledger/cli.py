@@ -1,4 +1,4 @@
-"""The `ledger` command: serve, migrate, worker, scheduler, reconcile, prices.
+"""The `ledger` command: serve, migrate, worker, scheduler, health, reconcile, prices.
 
 Every command reads the same LEDGER_* settings. Without LEDGER_DATABASE_URL each
 uses the embedded PostgreSQL in LEDGER_DATA_DIR, so `ledger reconcile` works
@@ -59,8 +59,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded:
         print(f"ledger: embedded PostgreSQL, data in {settings.data_dir.resolve()}", flush=True)
     if settings.dev_tokens:
-        print("ledger: DEV TOKENS in force (set LEDGER_GATEWAY_TOKENS / LEDGER_ADMIN_TOKENS to replace them):",
-              flush=True)
+        print("ledger: DEV TOKENS in force "
+              "(set LEDGER_GATEWAY_TOKENS / LEDGER_ADMIN_TOKENS to replace them):", flush=True)
         for token in settings.gateway_tokens:
             print(f"  gateway: Authorization: Bearer {token}", flush=True)
         for token, role in settings.admin_tokens:
@@ -68,7 +68,16 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     elif not settings.gateway_tokens and not settings.admin_tokens:
         print("ledger: no tokens configured: every /v1 and /admin/v1 call will be refused with 401",
               file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="asyncio")
+    workers = args.workers or settings.web_workers
+    if workers > 1:
+        if settings.embedded:
+            print("ledger: --workers > 1 needs LEDGER_DATABASE_URL (embedded mode runs one process)",
+                  file=sys.stderr)
+            return 2
+        uvicorn.run("ledger.asgi:create", factory=True, workers=workers, host=host, port=port,
+                    log_level="warning", access_log=False)
+        return 0
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return 0
 
 
@@ -76,6 +85,99 @@ def cmd_prices(settings: Settings, args: argparse.Namespace) -> int:
     from ledger.prices import commands
 
     return commands.run(settings, prepare(settings), args)
+
+
+def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
+    """One reconciliation pass now; prints the run's JSON summary (exit 1 if the run failed)."""
+    import asyncio
+
+    from ledger.context import CLI
+    from ledger.db import make_engine
+    from ledger.holds.service import HoldService
+    from ledger.logging import configure_logging
+    from ledger.prices.service import PriceService
+    from ledger.reconciliation.service import ReconciliationService
+
+    configure_logging(settings.log_format, settings.log_level)
+    url = prepare(settings)
+
+    async def run() -> dict[str, Any]:
+        engine = make_engine(url, pool_size=2, max_overflow=0)
+        try:
+            holds = HoldService(engine, PriceService(engine), settings)
+            return await ReconciliationService(engine, holds, settings).run_once("cli", CLI)
+        finally:
+            await engine.dispose()
+
+    summary = asyncio.run(run())
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["status"] == "succeeded" else 1
+
+
+def _require_services(settings: Settings, command: str) -> str | None:
+    missing = [name for name, value in (("LEDGER_DATABASE_URL", settings.database_url),
+                                        ("LEDGER_REDIS_URL", settings.redis_url)) if not value]
+    if missing:
+        return (
+            f"ledger {command}: {' and '.join(missing)} must be set (the worker and scheduler run only "
+            "against a configured database and Redis; `ledger serve` without LEDGER_DATABASE_URL "
+            "runs the jobs in-process)"
+        )
+    return None
+
+
+def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    """Run Dramatiq worker processes for workers.actors against LEDGER_REDIS_URL."""
+    problem = _require_services(settings, "worker")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    from dramatiq import cli as dramatiq_cli
+
+    from workers.broker import QUEUE
+
+    argv = ["workers.process:boot", "--processes", str(args.processes), "--threads", str(args.threads),
+            "--queues", QUEUE]
+    parsed = dramatiq_cli.make_argument_parser().parse_args(argv)  # type: ignore[no-untyped-call]
+    result: Any = dramatiq_cli.main(parsed)  # type: ignore[no-untyped-call]
+    return int(result or 0)
+
+
+def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the leader-elected schedule until SIGTERM/SIGINT."""
+    problem = _require_services(settings, "scheduler")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    import signal
+
+    from ledger.logging import configure_logging
+    from workers.actors import JobContext, register_actors
+    from workers.broker import setup_broker
+    from workers.scheduler import LeaderScheduler, enqueuer
+
+    configure_logging(settings.log_format, settings.log_level)
+    assert settings.database_url is not None
+    broker = setup_broker(settings)
+    actors = register_actors(broker, JobContext(settings, settings.database_url, trigger="schedule"))
+    scheduler = LeaderScheduler(settings, settings.database_url, enqueuer(actors))
+
+    def stop(signum: int, frame: Any) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.run()
+    return 0
+
+
+def cmd_health(settings: Settings, args: argparse.Namespace) -> int:
+    """Exit 0 when Redis and the database answer (compose health checks of worker and scheduler)."""
+    from workers.health import report
+
+    result = report(settings, "scheduler" if args.scheduler else "worker")
+    print(json.dumps(result))
+    return 0 if result["ok"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,11 +188,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the HTTP service")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=None, help="serving processes (default LEDGER_WEB_WORKERS, 1)")
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
     price_commands.add_parser(sub)
     sub.choices["prices"].set_defaults(func=cmd_prices)
+    reconcile = sub.add_parser("reconcile", help="resolve orphaned holds now; print the run's JSON summary")
+    reconcile.set_defaults(func=cmd_reconcile)
+    worker = sub.add_parser("worker", help="run Dramatiq worker processes (needs LEDGER_REDIS_URL)")
+    worker.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    worker.add_argument("--threads", type=int, default=4, help="threads per process (default 4)")
+    worker.set_defaults(func=cmd_worker)
+    scheduler = sub.add_parser("scheduler", help="run the periodic schedule (one leader at a time)")
+    scheduler.set_defaults(func=cmd_scheduler)
+    health = sub.add_parser("health", help="exit 0 if Redis and the database answer")
+    role = health.add_mutually_exclusive_group(required=True)
+    role.add_argument("--worker", action="store_true", help="check what a worker needs")
+    role.add_argument("--scheduler", action="store_true", help="check what the scheduler needs")
+    health.set_defaults(func=cmd_health)
     return parser
 
 

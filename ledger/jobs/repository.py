@@ -19,12 +19,18 @@ _INSERT = text(
     """
 )
 _LATEST = text(
-    "SELECT id, job, started_at, finished_at, ok, summary FROM job_runs WHERE job = :job ORDER BY id DESC LIMIT 1"
+    "SELECT id, job, started_at, finished_at, ok, summary FROM job_runs "
+    "WHERE job = :job ORDER BY id DESC LIMIT 1"
 )
 
 
 async def record(
-    conn: AsyncConnection, *, job: str, started_at: datetime, finished_at: datetime, ok: bool,
+    conn: AsyncConnection,
+    *,
+    job: str,
+    started_at: datetime,
+    finished_at: datetime,
+    ok: bool,
     summary: dict[str, Any],
 ) -> Any:
     params = {

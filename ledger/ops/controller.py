@@ -15,6 +15,7 @@ from ledger.errors import DatabaseUnavailable
 from ledger.http.auth import admin_guard
 from ledger.integrity import service as integrity
 from ledger.metrics import render
+from ledger.reconciliation import gauges
 from ledger.schemas import Page, iso
 
 
@@ -61,7 +62,9 @@ class HealthController(Controller):
         return Response({"status": "ready", "database": "ok", "revision": current})
 
     @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
-    async def metrics(self) -> bytes:
+    async def metrics(self, request: Request[Any, Any, Any]) -> bytes:
+        grace = request.app.state.settings.reconcile_grace_seconds
+        await gauges.refresh_for_scrape(engine_of(request), grace=grace)
         return render()
 
 

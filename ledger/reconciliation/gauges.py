@@ -1,7 +1,8 @@
 """Operational gauges of unresolved holds, read from the database.
 
 Set by the background jobs after each run and by `GET /metrics` at scrape time, so
-the numbers are current wherever the jobs run (in-process or in `ledger worker`):
+the numbers are current wherever the jobs run (in-process or in `ledger worker`);
+at scrape time `ledger_integrity_ok` comes from the last recorded integrity job:
 - `ledger_holds{state}` and `ledger_holds_oldest_age_seconds{state}` for open and
   interrupted holds;
 - `ledger_amount_held{currency}`: the sum of unresolved holds' amounts;
@@ -17,11 +18,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledger.db import read_only
-from ledger.metrics import AMOUNT_HELD, HOLDS_OLDEST_AGE, HOLDS_OPEN, RECONCILE_LAG
+from ledger.errors import DatabaseUnavailable
+from ledger.jobs import repository as job_runs
+from ledger.metrics import (
+    AMOUNT_HELD,
+    HOLDS_OLDEST_AGE,
+    HOLDS_OPEN,
+    INTEGRITY_CHECKED_AT,
+    INTEGRITY_OK,
+    RECONCILE_LAG,
+)
 from ledger.reconciliation import repository
+
+log = structlog.get_logger(__name__)
 
 STATES = ("open", "interrupted")
 _seen_currencies: set[str] = set()
@@ -48,16 +61,35 @@ async def read(engine: AsyncEngine, *, grace: int) -> HoldGauges:
     )
 
 
+def _sample(value: Decimal) -> float:
+    """The one conversion to a Prometheus sample (float64): export only, never arithmetic."""
+    return float(value)
+
+
 def publish(gauges: HoldGauges) -> None:
     for state in STATES:
         HOLDS_OPEN.labels(state).set(gauges.counts.get(state, 0))
-        HOLDS_OLDEST_AGE.labels(state).set(gauges.oldest_age_seconds.get(state, Decimal(0)))
+        HOLDS_OLDEST_AGE.labels(state).set(_sample(gauges.oldest_age_seconds.get(state, Decimal(0))))
     for currency in _seen_currencies - set(gauges.held):
         AMOUNT_HELD.labels(currency).set(0)
     for currency, amount in gauges.held.items():
-        AMOUNT_HELD.labels(currency).set(amount)
+        AMOUNT_HELD.labels(currency).set(_sample(amount))
         _seen_currencies.add(currency)
-    RECONCILE_LAG.set(gauges.lag_seconds)
+    RECONCILE_LAG.set(_sample(gauges.lag_seconds))
+
+
+async def refresh_for_scrape(engine: AsyncEngine, *, grace: int) -> None:
+    """Before GET /metrics renders: the hold gauges, and `ledger_integrity_ok` from the last
+    recorded integrity job (which may have run in another process). Never fails the scrape."""
+    try:
+        await refresh(engine, grace=grace)
+        async with read_only(engine) as conn:
+            last = await job_runs.latest(conn, "check_integrity")
+        if last is not None:
+            INTEGRITY_OK.set(1 if last.ok else 0)
+            INTEGRITY_CHECKED_AT.set(last.finished_at.timestamp())
+    except DatabaseUnavailable:
+        log.warning("metrics.gauges_stale", why="the database cannot be reached")
 
 
 async def refresh(engine: AsyncEngine, *, grace: int) -> HoldGauges:

@@ -183,50 +183,58 @@ class ReconciliationService:
         run_id = uuid7()
 
         async def start(conn: AsyncConnection) -> None:
-            await repository.insert_run(conn, run_id=run_id, trigger=trigger, actor=actor.identity, grace=self.grace)
+            await repository.insert_run(
+                conn, run_id=run_id, trigger=trigger, actor=actor.identity, grace=self.grace
+            )
 
         await transaction(self.engine, start)
         bound = log.bind(run_id=str(run_id), trigger=trigger)
         tally = _Tally()
+        failed: set[UUID] = set()  # holds that could not be resolved: not offered again this run
         try:
-            tally = await self._drain(run_id, tally)
+            while True:
+                async with read_only(self.engine) as conn:
+                    found = await repository.candidates(
+                        conn, grace=self.grace, exclude=sorted(failed), limit=self.batch_size
+                    )
+                if not found:
+                    break
+                batch, tally = await self._commit_batch(run_id, found, tally)
+                for item in batch.items:
+                    MONEY_MOVEMENTS.labels("settle" if item.action == "settled" else "release").inc()
+                failed |= {UUID(e.hold_id) for e in batch.errors if e.hold_id}
+                if not batch.items and not batch.gone and not batch.errors:
+                    break  # all locked elsewhere: no progress to make now (failed ones are excluded)
         except Exception as error:
             await self._fail(run_id, tally, error)
             bound.error("reconcile.failed", error=str(error))
             raise
         summary = await self._finish(run_id, "succeeded", tally)
         bound.info(
-            "reconcile.finished", settled=summary["settled"], released=summary["released"],
-            skipped=summary["skipped"], errors=len(summary["errors"]),
+            "reconcile.finished",
+            settled=summary["settled"],
+            released=summary["released"],
+            skipped=summary["skipped"],
+            errors=len(summary["errors"]),
         )
         return summary
 
-    async def _drain(self, run_id: UUID, tally: _Tally) -> _Tally:
-        failed: set[UUID] = set()
-        while True:
-            async with read_only(self.engine) as conn:
-                found = await repository.candidates(
-                    conn, grace=self.grace, exclude=sorted(failed), limit=self.batch_size
-                )
-            if not found:
-                return tally
-            batch_tally = tally
+    async def _commit_batch(self, run_id: UUID, found: list[Any], tally: _Tally) -> tuple[_Batch, _Tally]:
+        """Lock, resolve and record one batch in one transaction (retried whole on a deadlock)."""
 
-            async def work(conn: AsyncConnection) -> tuple[_Batch, _Tally]:
-                batch = await self._batch(conn, found)
-                after = batch_tally.plus(batch.items, batch.errors, batch.skipped)
-                await repository.record_progress(
-                    conn, run_id, totals=after.as_row(), new_items=[msgspec.to_builtins(i) for i in batch.items],
-                    errors=[msgspec.to_builtins(e) for e in after.errors],
-                )
-                return batch, after
+        async def work(conn: AsyncConnection) -> tuple[_Batch, _Tally]:
+            batch = await self._batch(conn, found)
+            after = tally.plus(batch.items, batch.errors, batch.skipped)
+            await repository.record_progress(
+                conn,
+                run_id,
+                totals=after.as_row(),
+                new_items=[msgspec.to_builtins(i) for i in batch.items],
+                errors=[msgspec.to_builtins(e) for e in after.errors],
+            )
+            return batch, after
 
-            batch, tally = await transaction(self.engine, work)
-            for item in batch.items:
-                MONEY_MOVEMENTS.labels("settle" if item.action == "settled" else "release").inc()
-            failed |= {UUID(e.hold_id) for e in batch.errors if e.hold_id}
-            if not batch.items and not batch.gone:
-                return tally  # everything left is locked elsewhere or failed: no progress to make
+        return await transaction(self.engine, work)
 
     async def _batch(self, conn: AsyncConnection, found: list[Any]) -> _Batch:
         wanted = {row.id: row.account_id for row in found}
@@ -254,8 +262,12 @@ class ReconciliationService:
             except sa_exc.DBAPIError as error:
                 if is_unreachable(error) or sqlstate(error) in RETRYABLE_SQLSTATES:
                     raise  # the whole batch is lost (or retried); nothing was committed
-                log.error("reconcile.hold_failed", hold_id=str(hold.id), sqlstate=sqlstate(error), error=str(error))
-                errors.append(RunError(message=str(error.orig or error), hold_id=str(hold.id), code=sqlstate(error)))
+                log.error(
+                    "reconcile.hold_failed", hold_id=str(hold.id), sqlstate=sqlstate(error), error=str(error)
+                )
+                errors.append(
+                    RunError(message=str(error.orig or error), hold_id=str(hold.id), code=sqlstate(error))
+                )
                 continue
             items.append(item)
         gone = len(wanted) - len(skipped) - len(got)
@@ -285,7 +297,9 @@ class ReconciliationService:
         errors = [msgspec.to_builtins(e) for e in tally.errors]
 
         async def work(conn: AsyncConnection) -> Any:
-            return await repository.finish_run(conn, run_id, status=status, skipped=len(tally.skipped), errors=errors)
+            return await repository.finish_run(
+                conn, run_id, status=status, skipped=len(tally.skipped), errors=errors
+            )
 
         row = await transaction(self.engine, work)
         if row is None:

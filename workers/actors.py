@@ -1,0 +1,217 @@
+"""The jobs, and the thin Dramatiq actors that run them.
+
+Each job body opens nothing of its own: it runs on this process's runtime (one
+event loop, one cached engine per database URL), calls a ledger service, records
+its result in `job_runs`, counts itself in `ledger_job_runs_total` and refreshes
+the hold gauges. Every job is idempotent, so a retry, a duplicate tick or a
+redelivered message is harmless:
+
+- `reconcile`: one `ReconciliationService.run_once` pass (its own run row too);
+- `refresh_prices`: `ledger prices refresh` (publishes only if the sources changed,
+  and refuses rate moves past LEDGER_PRICE_REFRESH_MAX_FACTOR);
+- `check_integrity`: the check behind GET /admin/v1/integrity; sets
+  `ledger_integrity_ok` and logs any mismatch at ERROR level.
+
+A job whose previous execution still runs (anywhere: its advisory lock is held)
+skips instead of overlapping it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import dramatiq
+import msgspec
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ledger.context import Actor
+from ledger.db import transaction
+from ledger.holds.service import HoldService
+from ledger.integrity import service as integrity
+from ledger.jobs import repository as job_runs
+from ledger.metrics import INTEGRITY_CHECKED_AT, INTEGRITY_OK, JOB_RUNS
+from ledger.prices import commands as price_commands
+from ledger.prices.service import PriceService
+from ledger.reconciliation import gauges
+from ledger.reconciliation.schemas import Trigger
+from ledger.reconciliation.service import ReconciliationService
+from ledger.settings import Settings
+from workers.broker import MAX_RETRIES, QUEUE, TIME_LIMIT_MS
+from workers.locks import job_lock
+from workers.runtime import runtime
+
+log = structlog.get_logger(__name__)
+
+JOBS = ("reconcile", "refresh_prices", "check_integrity")
+JobMessage = Callable[[], None]
+Body = Callable[[AsyncEngine], Awaitable[tuple[bool, dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What every job needs: the settings, the resolved database URL, and who triggers it."""
+
+    settings: Settings
+    database_url: str
+    trigger: Trigger = "schedule"
+
+    @property
+    def actor(self) -> Actor:
+        """Recorded on reconciliation runs and price versions: `scheduler` or `embedded`."""
+        return Actor(identity=self.trigger if self.trigger != "schedule" else "scheduler", role="admin")
+
+
+def run_job(ctx: JobContext, job: str, body: Body) -> dict[str, Any]:
+    """Run one job body under its overlap lock; record and count the outcome."""
+    bound = log.bind(job=job)
+    with job_lock(ctx.database_url, job) as acquired:
+        if not acquired:
+            bound.info("job.skipped", why="its previous run still holds the job lock")
+            JOB_RUNS.labels(job, "skipped").inc()
+            return {"job": job, "skipped": True}
+        started = datetime.now(UTC)
+        try:
+            ok, summary = runtime().call(ctx.database_url, body)
+        except Exception as error:
+            JOB_RUNS.labels(job, "failed").inc()
+            bound.error("job.failed", error=f"{type(error).__name__}: {error}")
+            _record(ctx, job, started, ok=False, summary={"error": f"{type(error).__name__}: {error}"})
+            raise  # Dramatiq's Retries middleware retries it with backoff
+        _record(ctx, job, started, ok=ok, summary=summary)
+        JOB_RUNS.labels(job, "ok" if ok else "failed").inc()
+        _refresh_gauges(ctx)
+        bound.info("job.finished", ok=ok)
+        return {"job": job, "skipped": False, "ok": ok, "summary": summary}
+
+
+def _record(ctx: JobContext, job: str, started: datetime, *, ok: bool, summary: dict[str, Any]) -> None:
+    async def write(engine: AsyncEngine) -> None:
+        async def work(conn: AsyncConnection) -> None:
+            await job_runs.record(
+                conn, job=job, started_at=started, finished_at=datetime.now(UTC), ok=ok, summary=summary
+            )
+
+        await transaction(engine, work)
+
+    try:
+        runtime().call(ctx.database_url, write)
+    except Exception as error:  # the result is logged either way; the database may be what failed
+        log.error("job.record_failed", job=job, error=str(error))
+
+
+def _refresh_gauges(ctx: JobContext) -> None:
+    try:
+        runtime().call(
+            ctx.database_url,
+            lambda engine: gauges.refresh(engine, grace=ctx.settings.reconcile_grace_seconds),
+        )
+    except Exception as error:
+        log.warning("gauges.refresh_failed", error=str(error))
+
+
+# --- the job bodies ---------------------------------------------------------------------------
+
+
+def reconcile(ctx: JobContext) -> dict[str, Any]:
+    async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
+        holds = HoldService(engine, PriceService(engine), ctx.settings)
+        summary = await ReconciliationService(engine, holds, ctx.settings).run_once(ctx.trigger, ctx.actor)
+        brief = {
+            k: summary[k]
+            for k in (
+                "run_id",
+                "status",
+                "settled",
+                "released",
+                "skipped",
+                "charged_amount",
+                "released_amount",
+            )
+        }
+        brief["errors"] = len(summary["errors"])
+        return summary["status"] == "succeeded", brief
+
+    return run_job(ctx, "reconcile", body)
+
+
+def refresh_prices(ctx: JobContext) -> dict[str, Any]:
+    async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
+        try:
+            factor = price_commands.refresh_factor(ctx.settings, None)
+        except SystemExit as refused:  # an unusable LEDGER_PRICE_REFRESH_MAX_FACTOR: no retry helps
+            log.error("prices.refresh_misconfigured", error=str(refused))
+            return False, {"error": str(refused)}
+        result = await price_commands.refresh(
+            ctx.settings, ctx.database_url, force=False, factor=factor, actor=ctx.actor
+        )
+        summary: dict[str, Any] = msgspec.to_builtins(result)
+        if result.refused_changes:
+            log.error("prices.refresh_refused", refused=len(result.refused_changes), reason=result.reason)
+        return not result.refused_changes, summary
+
+    return run_job(ctx, "refresh_prices", body)
+
+
+def check_integrity(ctx: JobContext) -> dict[str, Any]:
+    async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
+        report = await integrity.check(engine)
+        ok = bool(report["ok"])
+        INTEGRITY_OK.set(1 if ok else 0)
+        INTEGRITY_CHECKED_AT.set_to_current_time()
+        if not ok:
+            log.error(
+                "integrity.mismatch",
+                account_mismatches=report["account_mismatches"],
+                hold_mismatches=report["hold_mismatches"],
+                unbalanced_transactions=report["unbalanced_transactions"],
+                totals=report["totals"],
+            )
+        return ok, report
+
+    return run_job(ctx, "check_integrity", body)
+
+
+BODIES: dict[str, Callable[[JobContext], dict[str, Any]]] = {
+    "reconcile": reconcile,
+    "refresh_prices": refresh_prices,
+    "check_integrity": check_integrity,
+}
+
+
+# --- the actors -------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_declared: dict[int, tuple[JobContext, dict[str, dramatiq.Actor[[], None]]]] = {}
+
+
+def _message(name: str, job: Callable[[JobContext], dict[str, Any]], ctx: JobContext) -> JobMessage:
+    def message() -> None:
+        job(ctx)  # the outcome is recorded in job_runs and logged; a message has no result
+
+    message.__name__ = message.__qualname__ = name
+    return message
+
+
+def register_actors(broker: dramatiq.Broker, ctx: JobContext) -> dict[str, dramatiq.Actor[[], None]]:
+    """Declare the three actors on `broker`, bound to `ctx` (idempotent per broker and context)."""
+    with _lock:
+        known = _declared.get(id(broker))
+        if known is not None and known[0] == ctx:
+            return known[1]
+        actors: dict[str, dramatiq.Actor[[], None]] = {}
+        for name, job in BODIES.items():
+            declare = dramatiq.actor(
+                broker=broker,
+                actor_name=name,
+                queue_name=QUEUE,
+                max_retries=MAX_RETRIES,
+                time_limit=TIME_LIMIT_MS,
+            )
+            actors[name] = declare(_message(name, job, ctx))
+        _declared[id(broker)] = (ctx, actors)
+        return actors
