@@ -1,0 +1,560 @@
+"""Throughput of the hold lifecycle over HTTP (reserve then settle), next to pgbench on the same server.
+
+Run: ``.venv/bin/python bench/bench_holds.py [--duration 20] [--clients 16] [--accounts 1000] [--json]``
+(``make bench``); ``--profile`` also records the service with py-spy (``bench/profile_holds.sh``).
+Not part of ``make test``: it asserts nothing and its numbers depend on the machine.
+
+One invocation:
+
+1. creates a fresh database ``ledger_bench_<random>`` (and ``..._pgbench``) on the local PostgreSQL
+   (``--server-url``), starts ``ledger serve`` against it on a free port, waits for ``/readyz``,
+   and through the admin API creates ``--accounts`` funded accounts plus one "hot" account;
+2. runs two workloads of reserve -> settle cycles with ``wrk`` (C, light; Lua script
+   ``holds_cycle.lua``), one connection per thread, ``--clients`` of them, each for ``--duration`` s
+   after a ``--warmup``: "spread" picks a random account per cycle, "one account" puts every cycle
+   on the hot account (each reserve and settle locks that one account row);
+3. runs pgbench's TPC-B-like script on the same server with the same client count and duration:
+   scale 10 (10 branch rows) beside "spread", scale 1 (one branch row that every transaction
+   updates, so one hot row like the one account) beside "one account";
+4. prints cycles/s, reserve and settle p50/p99, errors by status, pgbench tps, the ratio
+   cycles/s / tps, and CPU seconds used during each run by the load client, the ledger server
+   process and PostgreSQL (all of its processes, including other users of the shared server),
+   with the machine's busy share; appends the same as JSON to ``bench/results/``;
+5. stops the service and drops both databases, also on Ctrl-C or an error.
+
+A cycle is one 201 reserve followed by one 200 settle on a connection; anything else is an error
+and is counted by request and status, with the first few bodies shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import profile_summary
+from cpu_use import CpuWindow, child_pids, process_tree
+from pgbench_tpcb import (
+    activity_per,
+    admin_sql,
+    db_activity,
+    find_pgbench,
+    find_postmaster,
+    run_pgbench,
+    with_database,
+)
+from wrk_cycles import ACCOUNT_PREFIX, HOT_ACCOUNT, LoadRun, find_wrk, run_wrk
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VENV_BIN = Path(sys.executable).parent
+ADMIN_TOKEN, GATEWAY_TOKEN = "bench-admin", "bench-gw"
+SPREAD_DEPOSIT, HOT_DEPOSIT = "100000", "10000000"
+PGBENCH_SCALE = {"spread": 10, "one account": 1}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Service:
+    """``ledger serve`` as a subprocess; under ``py-spy record`` as its child when `profile_to` is set."""
+
+    db_url: str
+    port: int
+    log_path: Path
+    profile_to: Path | None = None
+    workers: int | None = None  # LEDGER_WEB_WORKERS; None leaves the service's default
+    proc: subprocess.Popen[bytes] | None = None
+    pid: int | None = None  # the Python process that serves (the child when py-spy launches it)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.update(
+            LEDGER_DATABASE_URL=self.db_url,
+            LEDGER_GATEWAY_TOKENS=GATEWAY_TOKEN,
+            LEDGER_ADMIN_TOKENS=f"{ADMIN_TOKEN}:admin",
+            LEDGER_LOG_LEVEL="warning",
+        )
+        if self.workers is not None:
+            env["LEDGER_WEB_WORKERS"] = str(self.workers)
+        argv = [str(VENV_BIN / "ledger"), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        if self.profile_to is not None:
+            argv = [*pyspy_record_args(self.profile_to), "--", sys.executable, *argv]
+        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the service exited ({self.proc.returncode}):\n{self.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
+                    if self.profile_to is not None:
+                        kids = child_pids(self.proc.pid)
+                        self.pid = kids[0] if kids else None
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"the service was not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        target = self.pid if self.pid and self.pid != self.proc.pid else self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+async def create_accounts(base: str, accounts: int, concurrency: int = 16) -> float:
+    """Create and fund `accounts` spread accounts and the hot one through the admin API; seconds taken."""
+    started = time.monotonic()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    gate = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30, limits=limits) as client:
+
+        async def one(account_id: str, amount: str) -> None:
+            async with gate:
+                made = await client.post(
+                    "/admin/v1/accounts", json={"account_id": account_id, "currency": "USD"}
+                )
+                if made.status_code not in (200, 201):
+                    raise RuntimeError(f"create {account_id}: {made.status_code} {made.text[:300]}")
+                paid = await client.post(
+                    f"/admin/v1/accounts/{account_id}/deposits",
+                    json={"idempotency_key": f"fund-{account_id}", "amount": amount},
+                )
+                if paid.status_code not in (200, 201):
+                    raise RuntimeError(f"deposit {account_id}: {paid.status_code} {paid.text[:300]}")
+
+        jobs = [one(f"{ACCOUNT_PREFIX}{i:04d}", SPREAD_DEPOSIT) for i in range(accounts)]
+        await asyncio.gather(*jobs, one(HOT_ACCOUNT, HOT_DEPOSIT))
+    return time.monotonic() - started
+
+
+def find_pyspy() -> str:
+    candidate = VENV_BIN / "py-spy"
+    if not candidate.exists() and not shutil.which("py-spy"):
+        print("py-spy not found: pip install py-spy", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "py-spy"], check=True)
+    return str(candidate) if candidate.exists() else str(shutil.which("py-spy"))
+
+
+def pyspy_record_args(out: Path) -> list[str]:
+    # --idle --threads: a wall-clock picture per thread (waiting included); --function: one frame a function
+    pyspy = find_pyspy()
+    return [
+        pyspy,
+        "record",
+        "--idle",
+        "--threads",
+        "--subprocesses",
+        "--function",
+        "--rate",
+        "100",
+        "--format",
+        "raw",
+        "-o",
+        str(out),
+    ]
+
+
+def can_attach() -> bool:
+    """Whether py-spy may attach to a running process here (ptrace allowed)."""
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "sleeper.py"
+        script.write_text("import time\ntime.sleep(30)\n")
+        sleeper = subprocess.Popen([sys.executable, str(script)])
+        try:
+            time.sleep(1.0)
+            probe = subprocess.run([find_pyspy(), "dump", "--pid", str(sleeper.pid)], capture_output=True)
+            return probe.returncode == 0
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def summarize_profile(path: Path, title: str) -> dict[str, Any]:
+    stacks = profile_summary.read_stacks(path, "MainThread")
+    summary = profile_summary.hottest(stacks, 10)
+    svg = path.with_suffix(".svg")
+    svg.write_text(profile_summary.flame_svg(stacks, title + " (event loop thread)"), encoding="utf-8")
+    text = profile_summary.format_summary(summary)
+    return {"collapsed": str(path), "svg": str(svg), "text": text} | asdict(summary)
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+
+def _ms(a: float, b: float) -> str:
+    return f"{a:.1f} / {b:.1f}"
+
+
+def _activity(counts: dict[str, float]) -> str:
+    names = {
+        "xact_commit": "commits",
+        "xact_rollback": "rollbacks",
+        "tup_returned": "rows scanned",
+        "tup_fetched": "rows fetched",
+        "tup_inserted": "inserted",
+        "tup_updated": "updated",
+    }
+    return ", ".join(f"{names.get(k, k)} {v:g}" for k, v in counts.items())
+
+
+def _cpu_row(
+    name: str, wall: float, client: float, server: float, postgres: float, busy: float, busy_pct: float
+) -> str:
+    other = busy - client - server - postgres
+    return (
+        f"{name:<20} {wall:>6.1f} {client:>7.2f} {server:>7.2f} {postgres:>8.2f} {other:>6.2f} "
+        f"{busy:>7.2f} {busy_pct:>6.1f}"
+    )
+
+
+def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
+    m, p = report["machine"], report["params"]
+    lines = [
+        f"hold cycles (reserve {p['model']} max_output_tokens={p['max_output_tokens']} -> settle "
+        f"{p['usage']}), {p['clients']} connections, {p['duration']} s each after {p['warmup']} s warm-up;",
+        f"pgbench TPC-B-like, -c {p['clients']} -j {min(2, p['clients'])} -T {p['duration']} -M prepared, "
+        "scale 10 beside spread, scale 1 (one branch row) beside one account;",
+        f"service: {report['service']['processes']} process(es), code at {report['service']['code']}",
+        "",
+        f"{'workload':<12} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
+        f"{'errors':>6} {'pgbench tps':>16} {'ratio':>6} {'client CPU %':>12}",
+    ]
+    for r in runs:
+        pg = f"{r.pgbench.tps:.1f} (s={r.pgbench.scale})" if r.pgbench else "-"
+        lines.append(
+            f"{r.workload:<12} {r.cycles_per_s:>9.1f} {_ms(r.reserve_p50_ms, r.reserve_p99_ms):>19} "
+            f"{_ms(r.settle_p50_ms, r.settle_p99_ms):>18} {r.error_count:>6} {pg:>16} {r.ratio:>6.2f} "
+            f"{100 * r.client_cpu_s / r.wall_s:>12.1f}"
+        )
+    lines += [
+        "",
+        f"CPU seconds used in each run (core-seconds; nproc {m['nproc']}, so at most {m['nproc']} x wall).",
+        "postgres: every process of the shared server; other: the rest of the machine",
+        "(other processes, and kernel networking time that no process is billed for)",
+        f"{'run':<20} {'wall s':>6} {'client':>7} {'ledger':>7} {'postgres':>8} {'other':>6} "
+        f"{'machine':>7} {'busy %':>6}",
+    ]
+    for r in runs:
+        lines.append(
+            _cpu_row(
+                "ledger " + r.workload,
+                r.wall_s,
+                r.client_cpu_s,
+                r.server_s,
+                r.postgres_s,
+                r.machine_busy_s,
+                r.machine_busy_pct,
+            )
+        )
+        if r.pgbench:
+            g = r.pgbench
+            lines.append(
+                _cpu_row(
+                    f"pgbench -s {g.scale}",
+                    g.wall_s,
+                    g.client_cpu_s,
+                    g.server_s,
+                    g.postgres_s,
+                    g.machine_busy_s,
+                    g.machine_busy_pct,
+                )
+            )
+    lines.append("")
+    for r in runs:
+        per_cycle = 1000 * r.server_s / r.cycles if r.cycles else float("nan")
+        pg_cycle = 1000 * r.postgres_s / r.cycles if r.cycles else float("nan")
+        loop = 100 * r.server_main_s / r.wall_s if r.wall_s else float("nan")
+        line = f"{r.workload}: {r.cycles} cycles; CPU per cycle: ledger server {per_cycle:.2f} ms"
+        line += f" (event loop thread busy {loop:.0f}% of wall), postgres {pg_cycle:.2f} ms"
+        if r.pgbench and r.pgbench.transactions:
+            line += (
+                f"; pgbench: postgres {1000 * r.pgbench.postgres_s / r.pgbench.transactions:.2f} ms CPU/txn"
+            )
+            line += f", latency avg {r.pgbench.latency_avg_ms:.1f} ms"
+        lines.append(line)
+        if r.db_per_cycle:
+            lines.append("  per cycle (pg_stat_database, approx.): " + _activity(r.db_per_cycle))
+        if r.pgbench and r.pgbench.per_txn:
+            lines.append("  per pgbench transaction:              " + _activity(r.pgbench.per_txn))
+        if r.errors:
+            lines.append(f"  errors: {dict(r.errors)}")
+            lines += [f"  {body}" for body in r.error_bodies]
+    lines.append(
+        f"setup: {report['setup']['accounts']} accounts in {report['setup']['seconds']:.1f} s; "
+        f"integrity after the runs: {report['integrity']}"
+    )
+    for r in runs:
+        if r.profile:
+            lines += ["", f"profile of the ledger server, {r.workload} ({r.profile['svg']}):"]
+            lines += r.profile["text"].splitlines()
+    return "\n".join(lines)
+
+
+def code_version() -> str:
+    """The commit the service runs, and whether ledger/ or pricing/ have uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    with contextlib.suppress(OSError):
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "ledger", "pricing"],
+            capture_output=True,
+            text=True,
+        )
+        if head.returncode == 0:
+            return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+    return "?"
+
+
+def tool_version(argv: list[str]) -> str:
+    with contextlib.suppress(OSError):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        return (done.stdout or done.stderr).strip().splitlines()[0]
+    return "?"
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=int, default=20, help="seconds per measured run (default 20)")
+    parser.add_argument(
+        "--clients", type=int, default=16, help="connections, and pgbench clients (default 16)"
+    )
+    parser.add_argument("--accounts", type=int, default=1000, help="accounts for the spread workload")
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="seconds of unmeasured load before each workload"
+    )
+    parser.add_argument(
+        "--server-url",
+        default=os.environ.get("BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--profile", action="store_true", help="record the service with py-spy during each workload"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="service processes (LEDGER_WEB_WORKERS; default: its own)"
+    )
+    parser.add_argument("--no-pgbench", action="store_true", help="skip pgbench (no ratio)")
+    return parser.parse_args(argv)
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (a percentile of no samples, a ratio without pgbench) as null, so the file is strict JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: the finally below stops and drops
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell started us ignoring it
+    wrk = find_wrk()
+    pgbench = None if args.no_pgbench else find_pgbench()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suffix = secrets.token_hex(4)
+    db, pg_db = f"ledger_bench_{suffix}", f"ledger_bench_{suffix}_pgbench"
+    attach = args.profile and can_attach()
+    whole_profile = RESULTS / f"holds-{stamp}-profile-all.txt" if args.profile and not attach else None
+    service = Service(
+        with_database(args.server_url, db),
+        free_port(),
+        RESULTS / f"holds-{stamp}-service.log",
+        profile_to=whole_profile,
+        workers=args.workers,
+    )
+    created: list[str] = []
+    runs: list[LoadRun] = []
+    recorder: subprocess.Popen[bytes] | None = None
+    integrity: Any = "not checked"
+    setup_s = float("nan")
+    processes = 0
+    try:
+        for name in (db, pg_db):
+            admin_sql(args.server_url, f'CREATE DATABASE "{name}"')
+            created.append(name)
+        postmaster = find_postmaster(args.server_url)
+        service.start()
+        service.wait_ready()
+        setup_s = asyncio.run(create_accounts(service.base, args.accounts))
+        processes = len(process_tree(service.pid)) if service.pid else 0
+        if not args.json:
+            print(
+                f"setup: {args.accounts} + 1 accounts funded in {setup_s:.1f} s; measuring ...",
+                file=sys.stderr,
+            )
+        for workload in ("spread", "one account"):
+            tag = f"{workload.split()[0]}-{suffix}"
+            if args.warmup > 0:
+                warm = (wrk, service.base, workload, args.accounts, args.clients, args.warmup, f"w{tag}")
+                run_wrk(*warm, GATEWAY_TOKEN, None)
+            profile_path = RESULTS / f"holds-{stamp}-profile-{workload.replace(' ', '-')}.txt"
+            if attach and service.pid:
+                recorder = subprocess.Popen(
+                    [*pyspy_record_args(profile_path), "--pid", str(service.pid)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                time.sleep(1.0)
+            cpu = CpuWindow(service.pid, postmaster)
+            before = db_activity(args.server_url, db)
+            run = run_wrk(
+                wrk,
+                service.base,
+                workload,
+                args.accounts,
+                args.clients,
+                args.duration,
+                tag,
+                GATEWAY_TOKEN,
+                cpu,
+            )
+            run.db_per_cycle = activity_per(before, db_activity(args.server_url, db), run.cycles)
+            if recorder is not None:
+                recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                recorder.wait(timeout=60)
+                recorder = None
+                if profile_path.exists():
+                    run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
+            if pgbench:
+                run.pgbench = run_pgbench(
+                    pgbench,
+                    args.server_url,
+                    pg_db,
+                    PGBENCH_SCALE[workload],
+                    args.clients,
+                    args.duration,
+                    CpuWindow(service.pid, postmaster),
+                )
+            runs.append(run)
+        with contextlib.suppress(httpx.HTTPError):
+            check = httpx.get(
+                f"{service.base}/admin/v1/integrity",
+                timeout=120,
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            )
+            integrity = check.json().get("ok") if check.status_code == 200 else f"HTTP {check.status_code}"
+    finally:
+        if recorder is not None and recorder.poll() is None:
+            recorder.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                recorder.wait(timeout=30)
+        service.stop()
+        for name in created:
+            try:
+                admin_sql(args.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as error:  # keep dropping the others; say what is left behind
+                print(f"could not drop database {name}: {error}", file=sys.stderr)
+
+    report: dict[str, Any] = {
+        "timestamp": stamp,
+        "machine": {
+            "nproc": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "wrk": tool_version([wrk, "--version"]),
+            "pgbench": tool_version([pgbench, "--version"]) if pgbench else None,
+        },
+        "params": {
+            "duration": args.duration,
+            "clients": args.clients,
+            "accounts": args.accounts,
+            "warmup": args.warmup,
+            "model": "gpt-5-mini",
+            "max_output_tokens": 256,
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 180},
+            "pgbench_scale": PGBENCH_SCALE,
+            "profile": args.profile,
+            "workers": args.workers,
+        },
+        "setup": {"accounts": args.accounts + 1, "seconds": round(setup_s, 2)},
+        "integrity": integrity,
+        "service": {"processes": processes, "code": code_version()},
+        "workloads": [
+            asdict(r)
+            | {
+                "ratio": r.ratio,
+                "error_count": r.error_count,
+                "client_cpu_pct": 100 * r.client_cpu_s / r.wall_s,
+            }
+            for r in runs
+        ],
+    }
+    if whole_profile is not None and whole_profile.exists():
+        report["profile_all"] = summarize_profile(whole_profile, f"ledger server, whole run, {stamp}")
+    out = RESULTS / f"holds-{stamp}.json"
+    text = json.dumps(_no_nan(report), indent=2, default=str)
+    out.write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        print(text)
+    else:
+        print(render(report, runs))
+        if "profile_all" in report:
+            print("\nprofile of the ledger server, whole run (py-spy could not attach, so it launched it):")
+            print(report["profile_all"]["text"])
+        print(f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("interrupted: service stopped, bench databases dropped", file=sys.stderr)
+        raise SystemExit(130) from None
