@@ -81,12 +81,12 @@ def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     return principal
 
 
-def gateway_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+async def gateway_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     if _principal(connection).surface != "gateway":
         raise Forbidden("this token may not call the gateway surface")
 
 
-def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
     principal = _principal(connection)
     if principal.surface != "admin":
         raise Forbidden("this token may not call the admin surface")
