@@ -8,7 +8,6 @@ alone serializes everything that can touch the account's money.
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -22,34 +21,67 @@ HOLD_COLUMNS = (
     "overage, true_up, resolved_by, resolved_reason, interrupted_at, resolved_at, created_at, updated_at"
 )
 
-# One round trip: lock the account, find the active price version for its currency and
-# any hold already made with this idempotency key.
-_LOCK_FOR_RESERVE = text(
-    """
-    SELECT a.id, a.currency, a.balance, a.held, a.credit_limit,
-           (SELECT v.version FROM price_versions v
-             WHERE v.currency = a.currency AND v.effective_at <= now()
-             ORDER BY v.effective_at DESC, v.id DESC LIMIT 1) AS active_version,
-           h.id AS existing_id, h.request_hash AS existing_hash
-      FROM accounts a
-      LEFT JOIN holds h ON h.account_id = a.id AND h.idempotency_key = :key
-     WHERE a.id = :account_id AND a.kind = 'customer'
-       FOR UPDATE OF a
-    """
-)
-
-_INSERT = text(
-    f"""
-    INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency,
-                       amount, reservation, ttl_seconds, expires_at, metadata)
-    VALUES (:id, :account_id, :key, :request_hash, 'open', :model, :price_version, :currency,
-            :amount, CAST(:reservation AS jsonb), :ttl, now() + make_interval(secs => :ttl),
-            CAST(:metadata AS jsonb))
-    RETURNING {HOLD_COLUMNS}
-    """
-)
-
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
+_FIND_BY_KEY = text(
+    "SELECT id, request_hash FROM holds WHERE account_id = :account_id AND idempotency_key = :key"
+)
+_ACCOUNT_CURRENCY = text("SELECT currency FROM accounts WHERE id = :id AND kind = 'customer'")
+_ACTIVE_VERSION = text(
+    "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= now() "
+    "ORDER BY effective_at DESC, id DESC LIMIT 1"
+)
+
+# The whole reservation as ONE statement (run in autocommit: one round trip, no BEGIN or
+# COMMIT). The account row is locked first (FOR UPDATE; after a wait PostgreSQL re-reads
+# it, so the funds check sees the latest balance). The hold and its journal transaction
+# are written only if: no hold has this idempotency key, the price version the caller
+# sized the reservation with is still the active one (or was pinned), and available
+# covers the amount. Otherwise nothing is written and the row says why. A concurrent
+# duplicate key (the key lookup can be stale after a lock wait) fails on the unique
+# index and is retried by the caller.
+_RESERVE = text(
+    f"""
+    WITH a AS (
+      SELECT id, currency, balance, held, credit_limit FROM accounts
+       WHERE id = :account_id AND kind = 'customer' FOR UPDATE
+    ), v AS (
+      SELECT (SELECT pv.version FROM price_versions pv
+                WHERE pv.currency = a.currency AND pv.effective_at <= now()
+                ORDER BY pv.effective_at DESC, pv.id DESC LIMIT 1) AS active_version
+        FROM a
+    ), ex AS (
+      SELECT id AS existing_id, request_hash AS existing_hash FROM holds
+       WHERE account_id = :account_id AND idempotency_key = :key
+    ), go AS (
+      SELECT a.id FROM a, v
+       WHERE NOT EXISTS (SELECT 1 FROM ex)
+         AND a.currency = :currency
+         AND (CAST(:pinned AS boolean) OR v.active_version = :price_version)
+         AND a.balance + a.credit_limit - a.held >= :amount
+    ), h AS (
+      INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency,
+                         amount, reservation, ttl_seconds, expires_at, metadata)
+      SELECT :id, :account_id, :key, :request_hash, 'open', :model, :price_version, :currency,
+             :amount, CAST(:reservation AS jsonb), :ttl, now() + make_interval(secs => :ttl),
+             CAST(:metadata AS jsonb)
+        FROM go
+      RETURNING {HOLD_COLUMNS}
+    ), t AS (
+      INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
+      SELECT 'reserve', h.account_id, h.id, :actor FROM h WHERE h.amount > 0
+      RETURNING id
+    ), e AS (
+      INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
+      SELECT t.id, :account_id, :currency, legs.book, legs.amount
+        FROM t, (VALUES ('main', -CAST(:amount AS numeric)), ('hold', CAST(:amount AS numeric)))
+             AS legs (book, amount)
+    )
+    SELECT a.currency AS account_currency, a.balance AS account_balance, a.held AS account_held,
+           a.credit_limit AS account_credit_limit, v.active_version, ex.existing_id, ex.existing_hash,
+           h.*
+      FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true
+    """
+)
 
 # Lock the hold's account, then the hold, in one statement. Rows are locked in the order
 # of the OF list (account first, as everywhere), and after waiting for a lock PostgreSQL
@@ -75,39 +107,25 @@ def _json(value: Any) -> str | None:
     return None if value is None else msgspec.json.encode(value).decode()
 
 
-async def lock_for_reserve(conn: AsyncConnection, account_id: str, key: str) -> Any | None:
-    return (await conn.execute(_LOCK_FOR_RESERVE, {"account_id": account_id, "key": key})).first()
+async def reserve(conn: AsyncConnection, **params: Any) -> Any | None:
+    """Run the one-statement reservation; None when the account does not exist."""
+    params["reservation"] = _json(params["reservation"])
+    params["metadata"] = _json(params["metadata"])
+    return (await conn.execute(_RESERVE, params)).first()
 
 
-async def insert(
-    conn: AsyncConnection,
-    *,
-    hold_id: UUID,
-    account_id: str,
-    key: str,
-    request_hash: str,
-    model: str,
-    price_version: str,
-    currency: str,
-    amount: Decimal,
-    reservation: dict[str, Any],
-    ttl: int,
-    metadata: dict[str, Any],
-) -> Any:
-    params = {
-        "id": hold_id,
-        "account_id": account_id,
-        "key": key,
-        "request_hash": request_hash,
-        "model": model,
-        "price_version": price_version,
-        "currency": currency,
-        "amount": amount,
-        "reservation": _json(reservation),
-        "ttl": ttl,
-        "metadata": _json(metadata),
-    }
-    return (await conn.execute(_INSERT, params)).one()
+async def find_by_key(conn: AsyncConnection, account_id: str, key: str) -> Any | None:
+    return (await conn.execute(_FIND_BY_KEY, {"account_id": account_id, "key": key})).first()
+
+
+async def account_currency(conn: AsyncConnection, account_id: str) -> str | None:
+    value: str | None = (await conn.execute(_ACCOUNT_CURRENCY, {"id": account_id})).scalar()
+    return value.strip() if value else None
+
+
+async def active_version(conn: AsyncConnection, currency: str) -> str | None:
+    value: str | None = (await conn.execute(_ACTIVE_VERSION, {"currency": currency})).scalar()
+    return value
 
 
 async def get(conn: AsyncConnection, hold_id: UUID) -> Any | None:

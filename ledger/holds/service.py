@@ -32,11 +32,12 @@ from ledger.errors import (
     HoldStateConflict,
     IdempotencyConflict,
     InsufficientFunds,
+    LedgerError,
     PricingUnavailable,
     UsageInvalid,
 )
 from ledger.holds import repository
-from ledger.holds.postings import moves_money, release_legs, reserve_legs, settle_legs, true_up_legs
+from ledger.holds.postings import moves_money, release_legs, settle_legs, true_up_legs
 from ledger.holds.schemas import Hold, ReserveRequest
 from ledger.idempotency import request_hash
 from ledger.ids import parse_uuid, uuid7
@@ -52,6 +53,7 @@ from pricing.money import format_amount
 from pricing.usage import Usage, parse_usage, usage_grows_from
 
 UNRESOLVED = ("open", "interrupted")
+CACHE_LIMIT = 100_000
 
 
 def _amount(value: Decimal | None) -> str | None:
@@ -115,79 +117,120 @@ def hold_id_of(value: str) -> UUID:
 class HoldService:
     def __init__(self, engine: AsyncEngine, prices: PriceService, settings: Settings) -> None:
         self.engine = engine
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.prices = prices
         self.settings = settings
+        self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
+        self._versions: dict[str, str | None] = {}  # currency -> last known active price version
 
     # --- reserve -------------------------------------------------------------------
 
     async def reserve(self, body: ReserveRequest, actor: Actor) -> tuple[Hold, bool]:
+        """Reserve in one autocommit statement (see `repository.reserve`).
+
+        The account's currency (immutable) and each currency's active price version are
+        cached in-process; the statement re-checks the version under the account lock, and
+        when a newer one has become active it writes nothing and we size again with it.
+        """
         digest = request_hash("reserve", body)
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
-
-        async def work(conn: AsyncConnection) -> tuple[Hold, bool]:
-            account = await repository.lock_for_reserve(conn, body.account_id, body.idempotency_key)
-            if account is None:
-                raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
-            if account.existing_id is not None:
-                if account.existing_hash != digest:
-                    raise IdempotencyConflict(
-                        f"idempotency_key {body.idempotency_key!r} was already used with a different request",
-                        param="idempotency_key",
-                    )
-                return view(await repository.get(conn, account.existing_id)), False
-            currency = account.currency.strip()
-            version = body.price_version or account.active_version
-            if version is None:
-                raise PricingUnavailable(f"no price version is active for {currency}", param="model")
-            version, price = await self.prices.resolve(
-                conn, currency=currency, model=body.model, pinned=version
-            )
-            reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
+        pinned = body.price_version is not None
+        for _ in range(4):
+            currency = await self._currency_of(body.account_id)
+            version = body.price_version or await self._active_version(currency)
+            try:
+                price = await self.prices.model_price(currency=currency, model=body.model, version=version)
+                reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
+            except LedgerError:
+                replay = await self._replay(body.account_id, body.idempotency_key, digest)
+                if replay is not None:
+                    return replay, False
+                raise
             breakdown = reservation_to_builtins(reservation)
-            available = account.balance + account.credit_limit - account.held
-            if available < reservation.amount:
-                raise InsufficientFunds(
-                    f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "
-                    f"{format_amount(available)} {currency}",
-                    extra={
-                        "required": format_amount(reservation.amount),
-                        "available": format_amount(available),
-                        "currency": currency,
-                        "reservation": breakdown,
-                    },
-                )
-            hold_id = uuid7()
-            row = await repository.insert(
-                conn,
-                hold_id=hold_id,
-                account_id=body.account_id,
-                key=body.idempotency_key,
-                request_hash=digest,
-                model=body.model,
-                price_version=version,
-                currency=currency,
-                amount=reservation.amount,
-                reservation=breakdown,
-                ttl=ttl,
-                metadata=body.metadata,
-            )
-            legs = reserve_legs(body.account_id, reservation.amount)
-            if moves_money(legs):
-                await journal.post(
-                    conn,
-                    kind="reserve",
-                    account_id=body.account_id,
-                    currency=currency,
-                    legs=legs,
-                    actor=actor.identity,
-                    hold_id=hold_id,
-                )
-            return view(row), True
+            params = {
+                "id": uuid7(),
+                "account_id": body.account_id,
+                "key": body.idempotency_key,
+                "request_hash": digest,
+                "model": body.model,
+                "price_version": version,
+                "currency": currency,
+                "amount": reservation.amount,
+                "reservation": breakdown,
+                "ttl": ttl,
+                "metadata": body.metadata,
+                "pinned": pinned,
+                "actor": actor.identity,
+            }
 
-        result = await transaction(self.engine, work)
-        if result[1]:
-            MONEY_MOVEMENTS.labels("reserve").inc()
-        return result
+            async def work(conn: AsyncConnection, params: dict[str, Any] = params) -> Any:
+                return await repository.reserve(conn, **params)
+
+            row = await transaction(self.autocommit, work)
+            if row is None:
+                self._currencies.pop(body.account_id, None)
+                raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+            if row.existing_id is not None:
+                if row.existing_hash != digest:
+                    raise self._key_conflict(body.idempotency_key)
+                return await self.get(str(row.existing_id)), False
+            if row.id is not None:
+                MONEY_MOVEMENTS.labels("reserve").inc()
+                return view(row), True
+            if not pinned and row.active_version != version:
+                self._versions[currency] = row.active_version  # a newer version is active: size again
+                continue
+            available = row.account_balance + row.account_credit_limit - row.account_held
+            raise InsufficientFunds(
+                f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "
+                f"{format_amount(available)} {currency}",
+                extra={
+                    "required": format_amount(reservation.amount),
+                    "available": format_amount(available),
+                    "currency": currency,
+                    "reservation": breakdown,
+                },
+            )
+        raise PricingUnavailable("the active price version kept changing; try again", param="price_version")
+
+    @staticmethod
+    def _key_conflict(key: str) -> IdempotencyConflict:
+        return IdempotencyConflict(
+            f"idempotency_key {key!r} was already used with a different request", param="idempotency_key"
+        )
+
+    async def _replay(self, account_id: str, key: str, digest: str) -> Hold | None:
+        """The hold an identical earlier reserve made (checked before refusing a retry)."""
+        async with read_only(self.engine) as conn:
+            row = await repository.find_by_key(conn, account_id, key)
+        if row is None:
+            return None
+        if row.request_hash != digest:
+            raise self._key_conflict(key)
+        return await self.get(str(row.id))
+
+    async def _currency_of(self, account_id: str) -> str:
+        currency = self._currencies.get(account_id)
+        if currency is None:
+            async with read_only(self.engine) as conn:
+                currency = await repository.account_currency(conn, account_id)
+            if currency is None:
+                raise AccountNotFound(f"account {account_id!r} does not exist", param="account_id")
+            if len(self._currencies) >= CACHE_LIMIT:
+                self._currencies.clear()
+            self._currencies[account_id] = currency
+        return currency
+
+    async def _active_version(self, currency: str) -> str:
+        version = self._versions.get(currency)
+        if version is None:
+            async with read_only(self.engine) as conn:
+                version = await repository.active_version(conn, currency)
+            self._versions[currency] = version
+        if version is None:
+            self._versions.pop(currency, None)
+            raise PricingUnavailable(f"no price version is active for {currency}", param="model")
+        return version
 
     # --- reads ---------------------------------------------------------------------
 

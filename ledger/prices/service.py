@@ -254,13 +254,24 @@ class PriceService:
             if active is None:
                 raise PricingUnavailable(f"no price version is active for {currency}", param="model")
             version = active
-        doc = await self.document(conn, version)
+        return version, self._model_in(await self.document(conn, version), version, currency, model)
+
+    async def model_price(self, *, currency: str, model: str, version: str) -> ModelPrice:
+        """A model's price in a given version, from the cache when possible (no connection)."""
+        doc = self._cache.get(version)
+        if doc is None:
+            async with read_only(self.engine) as conn:
+                doc = await self.document(conn, version)
+        return self._model_in(doc, version, currency, model)
+
+    @staticmethod
+    def _model_in(doc: PriceDocument, version: str, currency: str, model: str) -> ModelPrice:
         if doc.currency != currency:
             raise PricingUnavailable(
                 f"price version {version} prices in {doc.currency}, not {currency}", param="price_version"
             )
         try:
-            return version, doc.model(model)
+            return doc.model(model)
         except pricing_errors.ModelNotPriced as error:
             raise translate_pricing_error(error) from error
 
