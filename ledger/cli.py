@@ -59,25 +59,49 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded:
         print(f"ledger: embedded PostgreSQL, data in {settings.data_dir.resolve()}", flush=True)
     if settings.dev_tokens:
-        print("ledger: DEV TOKENS in force "
-              "(set LEDGER_GATEWAY_TOKENS / LEDGER_ADMIN_TOKENS to replace them):", flush=True)
+        print(
+            "ledger: DEV TOKENS in force (set LEDGER_GATEWAY_TOKENS / LEDGER_ADMIN_TOKENS to replace them):",
+            flush=True,
+        )
         for token in settings.gateway_tokens:
             print(f"  gateway: Authorization: Bearer {token}", flush=True)
         for token, role in settings.admin_tokens:
             print(f"  admin ({role}): Authorization: Bearer {token}", flush=True)
     elif not settings.gateway_tokens and not settings.admin_tokens:
-        print("ledger: no tokens configured: every /v1 and /admin/v1 call will be refused with 401",
-              file=sys.stderr, flush=True)
+        print(
+            "ledger: no tokens configured: every /v1 and /admin/v1 call will be refused with 401",
+            file=sys.stderr,
+            flush=True,
+        )
     workers = args.workers or settings.web_workers
     if workers > 1:
         if settings.embedded:
-            print("ledger: --workers > 1 needs LEDGER_DATABASE_URL (embedded mode runs one process)",
-                  file=sys.stderr)
+            print(
+                "ledger: --workers > 1 needs LEDGER_DATABASE_URL (embedded mode runs one process)",
+                file=sys.stderr,
+            )
             return 2
-        uvicorn.run("ledger.asgi:create", factory=True, workers=workers, host=host, port=port,
-                    log_level="warning", access_log=False)
+        uvicorn.run(
+            "ledger.asgi:create",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
         return 0
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    return 0
+
+
+def cmd_stop_embedded(settings: Settings, args: argparse.Namespace) -> int:
+    from ledger.embedded import stop_embedded
+
+    if not settings.embedded:
+        print("ledger: LEDGER_DATABASE_URL is set; there is no embedded PostgreSQL to stop", file=sys.stderr)
+        return 2
+    print(stop_embedded(settings))
     return 0
 
 
@@ -115,8 +139,14 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _require_services(settings: Settings, command: str) -> str | None:
-    missing = [name for name, value in (("LEDGER_DATABASE_URL", settings.database_url),
-                                        ("LEDGER_REDIS_URL", settings.redis_url)) if not value]
+    missing = [
+        name
+        for name, value in (
+            ("LEDGER_DATABASE_URL", settings.database_url),
+            ("LEDGER_REDIS_URL", settings.redis_url),
+        )
+        if not value
+    ]
     if missing:
         return (
             f"ledger {command}: {' and '.join(missing)} must be set (the worker and scheduler run only "
@@ -136,8 +166,15 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
     from workers.broker import QUEUE
 
-    argv = ["workers.process:boot", "--processes", str(args.processes), "--threads", str(args.threads),
-            "--queues", QUEUE]
+    argv = [
+        "workers.process:boot",
+        "--processes",
+        str(args.processes),
+        "--threads",
+        str(args.threads),
+        "--queues",
+        QUEUE,
+    ]
     parsed = dramatiq_cli.make_argument_parser().parse_args(argv)  # type: ignore[no-untyped-call]
     result: Any = dramatiq_cli.main(parsed)  # type: ignore[no-untyped-call]
     return int(result or 0)
@@ -188,10 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the HTTP service")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=None, help="serving processes (default LEDGER_WEB_WORKERS, 1)")
+    serve.add_argument(
+        "--workers", type=int, default=None, help="serving processes (default LEDGER_WEB_WORKERS, 1)"
+    )
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    stop = sub.add_parser("stop-embedded", help="stop the embedded PostgreSQL of LEDGER_DATA_DIR")
+    stop.set_defaults(func=cmd_stop_embedded)
     price_commands.add_parser(sub)
     sub.choices["prices"].set_defaults(func=cmd_prices)
     reconcile = sub.add_parser("reconcile", help="resolve orphaned holds now; print the run's JSON summary")

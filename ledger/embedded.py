@@ -37,3 +37,20 @@ def embedded_database_url(settings: Settings) -> str:
 
 def data_dir_of(settings: Settings) -> Path:
     return settings.data_dir.resolve()
+
+
+def stop_embedded(settings: Settings) -> str:
+    """Stop the embedded PostgreSQL of `LEDGER_DATA_DIR` (it outlives `ledger serve` on purpose,
+    so that `ledger reconcile` and friends can join it)."""
+    warnings.filterwarnings("ignore", module="platformdirs")
+    folder = (settings.data_dir / "pg").resolve()
+    if not (folder / "postmaster.pid").exists():
+        return f"no embedded PostgreSQL is running in {folder}"
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+
+    user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs the server as this user under root
+    pg_ctl(["-w", "stop"], pgdata=folder, user=user, timeout=60)
+    handles = folder / ".handle_pids.json"
+    if handles.exists():
+        handles.unlink()
+    return f"stopped the embedded PostgreSQL in {folder}"

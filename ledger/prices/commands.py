@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import msgspec
 from ledger.context import CLI, Actor
 from ledger.db import make_engine, read_only
 from ledger.errors import LedgerError
+from ledger.prices import repository as price_repository
 from ledger.prices.service import PriceService
 from ledger.prices.sources import SourceError, load_sources
 from ledger.settings import Settings
@@ -62,8 +64,22 @@ def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
     try:
         if args.prices_command == "publish":
             doc = parse_price_document(Path(args.file).read_bytes())
-            version = asyncio.run(_with_service(url, lambda svc: svc.publish(doc, CLI)))
+
+            async def publish(svc: PriceService) -> tuple[Any, str | None]:
+                published = await svc.publish(doc, CLI)
+                async with read_only(svc.engine) as conn:
+                    active = await price_repository.active_version(conn, doc.currency, datetime.now(UTC))
+                return published, active
+
+            version, active = asyncio.run(_with_service(url, publish))
             _print(version)
+            if active != version.version:
+                print(
+                    f"ledger prices: note: {version.version} is not the active {doc.currency} version now "
+                    f"(active: {active}); its effective_at is {version.effective_at}. Pin it with "
+                    f'"price_version": "{version.version}", or publish with a later effective_at.',
+                    file=sys.stderr,
+                )
             return 0
         if args.prices_command == "refresh":
             result = asyncio.run(
