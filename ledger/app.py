@@ -53,7 +53,9 @@ def create_app(
 ) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        engine = make_engine(database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
+        engine = make_engine(
+            database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+        )
         app.state.engine = engine
         app.state.settings = settings
         app.state.tokens = TokenRegistry(settings)
@@ -82,4 +84,3 @@ def create_app(
         ),
         debug=False,
     )
-

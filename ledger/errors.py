@@ -15,7 +15,9 @@ class LedgerError(Exception):
     code: ClassVar[str] = "internal_error"
     type: ClassVar[str] = "internal_error"
 
-    def __init__(self, message: str, *, param: str | None = None, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, extra: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
