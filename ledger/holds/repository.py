@@ -114,6 +114,88 @@ async def reserve(conn: AsyncConnection, **params: Any) -> Any | None:
     return (await conn.execute(_RESERVE, params)).first()
 
 
+_HOLD_TERMS = text(
+    "SELECT id, account_id, currency, model, price_version, amount, state FROM holds WHERE id = :id"
+)
+
+_SETTLE_CACHE: dict[int, Any] = {}
+
+
+def _settle_statement(n_legs: int) -> Any:
+    """Settle an unresolved hold in ONE statement (autocommit), or change nothing.
+
+    Locks the account then the hold (FOR UPDATE OF a, h: the usual order; after a wait
+    both rows are re-read), and only if the hold is still open or interrupted: marks it
+    settled and writes the settle's journal transaction. The row returned says which.
+    """
+    statement = _SETTLE_CACHE.get(n_legs)
+    if statement is None:
+        returned = ", ".join(f"u.{c.strip()}" for c in HOLD_COLUMNS.split(","))
+        journal = ""
+        if n_legs:
+            values = ", ".join(f"(:a{i}, :b{i}, CAST(:m{i} AS numeric))" for i in range(n_legs))
+            journal = f"""
+            , t AS (
+              INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
+              SELECT 'settle', u.account_id, u.id, :actor FROM u RETURNING id
+            ), e AS (
+              INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
+              SELECT t.id, legs.account_id, :currency, legs.book, legs.amount
+                FROM t, (VALUES {values}) AS legs (account_id, book, amount)
+            )"""
+        statement = text(
+            f"""
+            WITH l AS (
+              SELECT h.id, h.state FROM holds h JOIN accounts a ON a.id = h.account_id
+               WHERE h.id = :id FOR UPDATE OF a, h
+            ), u AS (
+              UPDATE holds SET state = 'settled', usage = CAST(:usage AS jsonb),
+                     gateway_usage = CAST(:usage AS jsonb), charge = CAST(:charge AS jsonb),
+                     charged = :charged, released = :released, overage = :overage,
+                     resolved_by = 'gateway', resolved_at = now()
+                FROM l WHERE holds.id = l.id AND l.state IN ('open', 'interrupted')
+              RETURNING holds.*
+            ){journal}
+            SELECT l.state AS locked_state, {returned} FROM l LEFT JOIN u ON true
+            """
+        )
+        _SETTLE_CACHE[n_legs] = statement
+    return statement
+
+
+async def hold_terms(conn: AsyncConnection, hold_id: UUID) -> Any | None:
+    """What prices a hold (immutable) and its state now."""
+    return (await conn.execute(_HOLD_TERMS, {"id": hold_id})).first()
+
+
+async def settle_unresolved(
+    conn: AsyncConnection,
+    hold_id: UUID,
+    *,
+    legs: list[Any],
+    currency: str,
+    actor: str,
+    usage: dict[str, Any],
+    charge: dict[str, Any],
+    charged: Any,
+    released: Any,
+    overage: Any,
+) -> Any | None:
+    params: dict[str, Any] = {
+        "id": hold_id,
+        "currency": currency,
+        "actor": actor,
+        "usage": _json(usage),
+        "charge": _json(charge),
+        "charged": charged,
+        "released": released,
+        "overage": overage,
+    }
+    for i, leg in enumerate(legs):
+        params[f"a{i}"], params[f"b{i}"], params[f"m{i}"] = leg.account_id, leg.book, leg.amount
+    return (await conn.execute(_settle_statement(len(legs)), params)).first()
+
+
 async def find_by_key(conn: AsyncConnection, account_id: str, key: str) -> Any | None:
     return (await conn.execute(_FIND_BY_KEY, {"account_id": account_id, "key": key})).first()
 

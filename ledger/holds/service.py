@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -107,6 +107,17 @@ def priced_counts(usage: Usage) -> tuple[int, ...]:
     )
 
 
+class HoldTerms(NamedTuple):
+    """What prices a hold; every field but `state` is immutable once the hold exists."""
+
+    account_id: str
+    currency: str
+    model: str
+    price_version: str
+    amount: Decimal
+    state: str
+
+
 def hold_id_of(value: str) -> UUID:
     hold_id = parse_uuid(value)
     if hold_id is None:
@@ -122,6 +133,7 @@ class HoldService:
         self.settings = settings
         self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
         self._versions: dict[str, str | None] = {}  # currency -> last known active price version
+        self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
 
     # --- reserve -------------------------------------------------------------------
 
@@ -176,6 +188,11 @@ class HoldService:
                 return await self.get(str(row.existing_id)), False
             if row.id is not None:
                 MONEY_MOVEMENTS.labels("reserve").inc()
+                if len(self._terms) >= CACHE_LIMIT:
+                    self._terms.clear()
+                self._terms[row.id] = HoldTerms(
+                    row.account_id, row.currency, row.model, row.price_version, row.amount, "open"
+                )
                 return view(row), True
             if not pinned and row.active_version != version:
                 self._versions[currency] = row.active_version  # a newer version is active: size again
@@ -321,11 +338,61 @@ class HoldService:
         self, hold_ref: str, raw: dict[str, Any], actor: Actor, *, reason: str | None = None
     ) -> Hold:
         usage = parse(raw)
+        if actor.kind == "gateway":
+            settled = await self._settle_unresolved(hold_id_of(hold_ref), usage, actor)
+            if settled is not None:
+                return settled
 
         async def step(conn: AsyncConnection, hold: Any) -> Any:
             return await self.settle_locked(conn, hold, usage, actor, reason=reason)
 
         return await self._locked(hold_ref, actor, step, kind="settle")
+
+    async def _settle_unresolved(self, hold_id: UUID, usage: Usage, actor: Actor) -> Hold | None:
+        """The common case in one autocommit statement: the gateway settles a hold that is
+        still open or interrupted. None means the hold is in any other state (or missing):
+        the caller then takes the full, transactional path, which decides replay, 409 or
+        true-up under the locks."""
+        terms: Any = self._terms.pop(hold_id, None)
+        if terms is None:
+            async with read_only(self.engine) as conn:
+                terms = await repository.hold_terms(conn, hold_id)
+            if terms is None or terms.state not in UNRESOLVED:
+                return None
+        currency = terms.currency.strip()
+        price = await self.prices.model_price(
+            currency=currency, model=terms.model, version=terms.price_version
+        )
+        try:
+            charge = compute_charge(price, usage)
+        except pricing_errors.PricingInputError as error:
+            raise translate_pricing_error(error) from error
+        held, amount = terms.amount, charge.amount
+        legs = [
+            leg
+            for leg in settle_legs(terms.account_id, currency, str(hold_id), held, amount)
+            if leg.amount != 0
+        ]
+
+        async def work(conn: AsyncConnection) -> Any:
+            return await repository.settle_unresolved(
+                conn,
+                hold_id,
+                legs=legs,
+                currency=currency,
+                actor=actor.identity,
+                usage=usage.raw,
+                charge=charge_to_builtins(charge),
+                charged=amount,
+                released=max(held - amount, Decimal(0)),
+                overage=max(amount - held, Decimal(0)),
+            )
+
+        row = await transaction(self.autocommit, work)
+        if row is None or row.id is None:
+            return None
+        MONEY_MOVEMENTS.labels("settle").inc()
+        return view(row)
 
     async def _post(
         self, conn: AsyncConnection, hold: Any, kind: str, legs: list[Leg], actor: Actor, reason: str | None
