@@ -128,6 +128,8 @@ def hold_id_of(value: str) -> UUID:
 class HoldService:
     def __init__(self, engine: AsyncEngine, prices: PriceService, settings: Settings) -> None:
         self.engine = engine
+        # Single statements (the reserve, the common settle, and every read here) run in
+        # autocommit: one round trip each, no BEGIN / COMMIT.
         self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.prices = prices
         self.settings = settings
@@ -218,7 +220,7 @@ class HoldService:
 
     async def _replay(self, account_id: str, key: str, digest: str) -> Hold | None:
         """The hold an identical earlier reserve made (checked before refusing a retry)."""
-        async with read_only(self.engine) as conn:
+        async with read_only(self.autocommit) as conn:
             row = await repository.find_by_key(conn, account_id, key)
         if row is None:
             return None
@@ -229,7 +231,7 @@ class HoldService:
     async def _currency_of(self, account_id: str) -> str:
         currency = self._currencies.get(account_id)
         if currency is None:
-            async with read_only(self.engine) as conn:
+            async with read_only(self.autocommit) as conn:
                 currency = await repository.account_currency(conn, account_id)
             if currency is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist", param="account_id")
@@ -241,7 +243,7 @@ class HoldService:
     async def _active_version(self, currency: str) -> str:
         version = self._versions.get(currency)
         if version is None:
-            async with read_only(self.engine) as conn:
+            async with read_only(self.autocommit) as conn:
                 version = await repository.active_version(conn, currency)
             self._versions[currency] = version
         if version is None:
@@ -253,7 +255,7 @@ class HoldService:
 
     async def get(self, hold_ref: str) -> Hold:
         hold_id = hold_id_of(hold_ref)
-        async with read_only(self.engine) as conn:
+        async with read_only(self.autocommit) as conn:
             row = await repository.get(conn, hold_id)
         if row is None:
             raise HoldNotFound(f"hold {hold_ref!r} does not exist")
@@ -269,7 +271,7 @@ class HoldService:
         limit: int,
     ) -> tuple[list[Hold], str | None]:
         after = parse_uuid(cursor) if cursor else None
-        async with read_only(self.engine) as conn:
+        async with read_only(self.autocommit) as conn:
             rows = await repository.list_page(
                 conn, state=state, account_id=account_id, older_than=older_than, after=after, limit=limit + 1
             )
@@ -355,7 +357,7 @@ class HoldService:
         true-up under the locks."""
         terms: Any = self._terms.pop(hold_id, None)
         if terms is None:
-            async with read_only(self.engine) as conn:
+            async with read_only(self.autocommit) as conn:
                 terms = await repository.hold_terms(conn, hold_id)
             if terms is None or terms.state not in UNRESOLVED:
                 return None
