@@ -39,8 +39,7 @@ _ACTIVE_VERSION = text(
 # covers the amount. Otherwise nothing is written and the row says why. A concurrent
 # duplicate key (the key lookup can be stale after a lock wait) fails on the unique
 # index and is retried by the caller.
-_RESERVE = text(
-    f"""
+_RESERVE_HEAD = f"""
     WITH a AS (
       SELECT id, currency, balance, held, credit_limit FROM accounts
        WHERE id = :account_id AND kind = 'customer' FOR UPDATE
@@ -66,22 +65,40 @@ _RESERVE = text(
              CAST(:metadata AS jsonb)
         FROM go
       RETURNING {HOLD_COLUMNS}
-    ), t AS (
-      INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
-      SELECT 'reserve', h.account_id, h.id, :actor FROM h WHERE h.amount > 0
-      RETURNING id
-    ), e AS (
-      INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
-      SELECT t.id, :account_id, :currency, legs.book, legs.amount
-        FROM t, (VALUES ('main', -CAST(:amount AS numeric)), ('hold', CAST(:amount AS numeric)))
-             AS legs (book, amount)
-    )
+    )"""
+_RESERVE_TAIL = """
     SELECT a.currency AS account_currency, a.balance AS account_balance, a.held AS account_held,
            a.credit_limit AS account_credit_limit, v.active_version, ex.existing_id, ex.existing_hash,
            h.*
       FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true
     """
-)
+_STATEMENTS: dict[tuple[str, int], Any] = {}
+
+
+def _journal_ctes(kind: str, source: str, n_legs: int) -> str:
+    """CTEs writing a journal transaction for the one row of CTE `source` (none if no legs).
+
+    Legs come as parameters :a<i> (account), :b<i> (book), :m<i> (amount); the entry
+    trigger applies them to the accounts and checks each account's currency.
+    """
+    if n_legs == 0:
+        return ""
+    values = ", ".join(f"(:a{i}, :b{i}, CAST(:m{i} AS numeric))" for i in range(n_legs))
+    return f"""
+    , t AS (
+      INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
+      SELECT '{kind}', {source}.account_id, {source}.id, :actor FROM {source} RETURNING id
+    ), e AS (
+      INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
+      SELECT t.id, legs.account_id, :currency, legs.book, legs.amount
+        FROM t, (VALUES {values}) AS legs (account_id, book, amount)
+    )"""
+
+
+def _leg_params(params: dict[str, Any], legs: list[Any]) -> None:
+    for i, leg in enumerate(legs):
+        params[f"a{i}"], params[f"b{i}"], params[f"m{i}"] = leg.account_id, leg.book, leg.amount
+
 
 # Lock the hold's account, then the hold, in one statement. Rows are locked in the order
 # of the OF list (account first, as everywhere), and after waiting for a lock PostgreSQL
@@ -107,18 +124,23 @@ def _json(value: Any) -> str | None:
     return None if value is None else msgspec.json.encode(value).decode()
 
 
-async def reserve(conn: AsyncConnection, **params: Any) -> Any | None:
+async def reserve(conn: AsyncConnection, *, legs: list[Any], **params: Any) -> Any | None:
     """Run the one-statement reservation; None when the account does not exist."""
+    key = ("reserve", len(legs))
+    statement = _STATEMENTS.get(key)
+    if statement is None:
+        statement = _STATEMENTS[key] = text(
+            _RESERVE_HEAD + _journal_ctes("reserve", "h", len(legs)) + _RESERVE_TAIL
+        )
     params["reservation"] = _json(params["reservation"])
     params["metadata"] = _json(params["metadata"])
-    return (await conn.execute(_RESERVE, params)).first()
+    _leg_params(params, legs)
+    return (await conn.execute(statement, params)).first()
 
 
 _HOLD_TERMS = text(
     "SELECT id, account_id, currency, model, price_version, amount, state FROM holds WHERE id = :id"
 )
-
-_SETTLE_CACHE: dict[int, Any] = {}
 
 
 def _settle_statement(n_legs: int) -> Any:
@@ -128,22 +150,11 @@ def _settle_statement(n_legs: int) -> Any:
     both rows are re-read), and only if the hold is still open or interrupted: marks it
     settled and writes the settle's journal transaction. The row returned says which.
     """
-    statement = _SETTLE_CACHE.get(n_legs)
+    key = ("settle", n_legs)
+    statement = _STATEMENTS.get(key)
     if statement is None:
         returned = ", ".join(f"u.{c.strip()}" for c in HOLD_COLUMNS.split(","))
-        journal = ""
-        if n_legs:
-            values = ", ".join(f"(:a{i}, :b{i}, CAST(:m{i} AS numeric))" for i in range(n_legs))
-            journal = f"""
-            , t AS (
-              INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
-              SELECT 'settle', u.account_id, u.id, :actor FROM u RETURNING id
-            ), e AS (
-              INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
-              SELECT t.id, legs.account_id, :currency, legs.book, legs.amount
-                FROM t, (VALUES {values}) AS legs (account_id, book, amount)
-            )"""
-        statement = text(
+        statement = _STATEMENTS[key] = text(
             f"""
             WITH l AS (
               SELECT h.id, h.state FROM holds h JOIN accounts a ON a.id = h.account_id
@@ -155,11 +166,10 @@ def _settle_statement(n_legs: int) -> Any:
                      resolved_by = 'gateway', resolved_at = now()
                 FROM l WHERE holds.id = l.id AND l.state IN ('open', 'interrupted')
               RETURNING holds.*
-            ){journal}
+            ){_journal_ctes("settle", "u", n_legs)}
             SELECT l.state AS locked_state, {returned} FROM l LEFT JOIN u ON true
             """
         )
-        _SETTLE_CACHE[n_legs] = statement
     return statement
 
 
@@ -191,8 +201,7 @@ async def settle_unresolved(
         "released": released,
         "overage": overage,
     }
-    for i, leg in enumerate(legs):
-        params[f"a{i}"], params[f"b{i}"], params[f"m{i}"] = leg.account_id, leg.book, leg.amount
+    _leg_params(params, legs)
     return (await conn.execute(_settle_statement(len(legs)), params)).first()
 
 

@@ -37,7 +37,7 @@ from ledger.errors import (
     UsageInvalid,
 )
 from ledger.holds import repository
-from ledger.holds.postings import moves_money, release_legs, settle_legs, true_up_legs
+from ledger.holds.postings import moves_money, release_legs, reserve_legs, settle_legs, true_up_legs
 from ledger.holds.schemas import Hold, ReserveRequest
 from ledger.idempotency import request_hash
 from ledger.ids import parse_uuid, uuid7
@@ -176,9 +176,12 @@ class HoldService:
                 "pinned": pinned,
                 "actor": actor.identity,
             }
+            legs = [leg for leg in reserve_legs(body.account_id, reservation.amount) if leg.amount != 0]
 
-            async def work(conn: AsyncConnection, params: dict[str, Any] = params) -> Any:
-                return await repository.reserve(conn, **params)
+            async def work(
+                conn: AsyncConnection, params: dict[str, Any] = params, legs: list[Leg] = legs
+            ) -> Any:
+                return await repository.reserve(conn, legs=legs, **params)
 
             row = await transaction(self.autocommit, work)
             if row is None:

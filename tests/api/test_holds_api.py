@@ -464,3 +464,18 @@ def test_contract_example_usage_on_claude(
     assert settle.status_code == 200
     assert settle.json()["charge"]["amount"] == "0.04935"
     assert balance(client, account_id) == {"balance": "19.95065", "held": "0", "available": "19.95065"}
+
+
+def test_free_model_moves_no_money(client: TestClient[Any], make_account: Any) -> None:
+    currency = fresh_currency()
+    publish(client, simple_document(currency, input_rate="0", output_rate="0"))
+    account_id = make_account("1", currency=currency)
+    hold = reserve(client, account_id).json()
+    assert hold["amount"] == "0"
+    settled = call(client, hold["id"], "settle", usage(100, 10))
+    assert settled.status_code == 200
+    assert settled.json()["charge"]["amount"] == "0"
+    assert balance(client, account_id) == {"balance": "1", "held": "0", "available": "1"}
+    journal = client.get(f"/admin/v1/accounts/{account_id}/transactions", headers=auth(VIEWER)).json()["data"]
+    assert [t["kind"] for t in journal] == ["deposit"]  # zero legs: no reserve or settle transaction
+    assert_integrity(client)
