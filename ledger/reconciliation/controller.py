@@ -31,8 +31,11 @@ class AdminReconciliationController(Controller):
         request: Request[Any, Any, Any],
         limit: Annotated[int, Parameter(ge=1, le=100, default=20)],
         cursor: Annotated[str | None, Parameter(default=None, max_length=64)],
+        nonempty: Annotated[
+            bool, Parameter(default=False, description="only runs that resolved something, failed or erred")
+        ],
     ) -> Page:
-        data, next_cursor = await service(request).list(cursor=cursor, limit=limit)
+        data, next_cursor = await service(request).list(cursor=cursor, limit=limit, nonempty=nonempty)
         return Page(data=data, next_cursor=next_cursor)
 
     @get("/{run_id:str}", summary="One reconciliation run")

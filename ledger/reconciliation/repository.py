@@ -98,8 +98,10 @@ _GET_RUN = text(f"SELECT {_RUN_COLUMNS} FROM reconciliation_runs WHERE id = :id"
 _LIST_RUNS = text(
     f"""
     SELECT {_RUN_COLUMNS} FROM reconciliation_runs
-     WHERE CAST(:before AS uuid) IS NULL
-        OR (started_at, id) < (SELECT started_at, id FROM reconciliation_runs WHERE id = :before)
+     WHERE (CAST(:before AS uuid) IS NULL
+            OR (started_at, id) < (SELECT started_at, id FROM reconciliation_runs WHERE id = :before))
+       AND (NOT CAST(:nonempty AS boolean)
+            OR settled_count + released_count > 0 OR status <> 'succeeded' OR errors <> '[]'::jsonb)
      ORDER BY started_at DESC, id DESC
      LIMIT :limit
     """
@@ -188,8 +190,11 @@ async def get_run(conn: AsyncConnection, run_id: UUID) -> Any | None:
     return (await conn.execute(_GET_RUN, {"id": run_id})).first()
 
 
-async def list_runs(conn: AsyncConnection, *, before: UUID | None, limit: int) -> list[Any]:
-    return list((await conn.execute(_LIST_RUNS, {"before": before, "limit": limit})).all())
+async def list_runs(
+    conn: AsyncConnection, *, before: UUID | None, limit: int, nonempty: bool = False
+) -> list[Any]:
+    params = {"before": before, "limit": limit, "nonempty": nonempty}
+    return list((await conn.execute(_LIST_RUNS, params)).all())
 
 
 async def holds_by_state(conn: AsyncConnection) -> list[Any]:

@@ -325,14 +325,16 @@ class ReconciliationService:
             row = await repository.get_run(conn, run_id)
         return run_view(row) if row is not None else None
 
-    async def list(self, *, cursor: str | None, limit: int) -> tuple[list[ReconciliationRun], str | None]:
+    async def list(
+        self, *, cursor: str | None, limit: int, nonempty: bool = False
+    ) -> tuple[list[ReconciliationRun], str | None]:
         before = None
         if cursor:
             before = parse_uuid(cursor)
             if before is None:
                 raise ValidationFailed("cursor is not a run id from a previous page", param="cursor")
         async with read_only(self.engine) as conn:
-            rows = await repository.list_runs(conn, before=before, limit=limit + 1)
+            rows = await repository.list_runs(conn, before=before, limit=limit + 1, nonempty=nonempty)
         more = len(rows) > limit
         rows = rows[:limit]
         return [run_view(r) for r in rows], (str(rows[-1].id) if more and rows else None)

@@ -245,6 +245,15 @@ def test_runs_are_recorded_listed_and_final(client: TestClient[Any], account: st
     assert listed == first  # the stored run is exactly the summary the pass returned
     assert item_of(listed, hold["id"])["action"] == "released"  # type: ignore[index]
 
+    r = client.get(
+        "/admin/v1/reconciliation/runs", params={"nonempty": "true", "limit": 100}, headers=auth(VIEWER)
+    )
+    busy = r.json()["data"]
+    assert first["run_id"] in [run["run_id"] for run in busy]
+    assert all(
+        run["settled"] + run["released"] > 0 or run["errors"] or run["status"] != "succeeded" for run in busy
+    )
+
     r = client.get(f"/admin/v1/reconciliation/runs/{first['run_id']}", headers=auth(VIEWER))
     assert r.status_code == 200 and r.json() == first
     r = client.get("/admin/v1/reconciliation/runs/00000000-0000-0000-0000-000000000000", headers=auth(VIEWER))
