@@ -202,6 +202,11 @@ class HoldService:
             if not pinned and row.active_version != version:
                 self._versions[currency] = row.active_version  # a newer version is active: size again
                 continue
+            # The key lookup in the statement may predate a concurrent identical reserve that
+            # committed while we waited for the account lock (and took the funds): look again.
+            replay = await self._replay(body.account_id, body.idempotency_key, digest)
+            if replay is not None:
+                return replay, False
             available = row.account_balance + row.account_credit_limit - row.account_held
             raise InsufficientFunds(
                 f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "

@@ -3,7 +3,10 @@
 - The balance check runs once per journal transaction (a deferred constraint trigger
   on journal_transactions) instead of once per entry. It still sees every entry:
   entries can only be added inside the database transaction that created their
-  journal transaction (checked on each entry insert), and the check runs at commit.
+  journal transaction (checked on each entry insert), and once the check has run
+  (at commit, or earlier under SET CONSTRAINTS ... IMMEDIATE) it marks the journal
+  transaction as checked in a transaction-local setting, after which the entry
+  trigger refuses further entries for it.
 - The entries' foreign keys (to their journal transaction, and to their account's
   (id, currency)) become checks in the entry trigger. Accounts and journal
   transactions are never deleted and never change id or currency (0001's triggers),
@@ -50,6 +53,8 @@ BEGIN
     RAISE EXCEPTION 'ledger: journal transaction % is unbalanced: % entries sum to %',
       NEW.id, bad_currency, bad_sum USING ERRCODE = 'check_violation';
   END IF;
+  -- Checked: no entry may join this journal transaction any more (see ledger_entry_post).
+  PERFORM set_config('ledger.checked_' || NEW.id, 'yes', true);
   RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER journal_transactions_balanced AFTER INSERT ON journal_transactions
@@ -77,6 +82,10 @@ BEGIN
   IF txn_xact <> pg_current_xact_id() THEN
     RAISE EXCEPTION 'ledger: entries may only be added to a journal transaction created in the same database transaction'
       USING ERRCODE = 'restrict_violation';
+  END IF;
+  IF current_setting('ledger.checked_' || NEW.transaction_id, true) = 'yes' THEN
+    RAISE EXCEPTION 'ledger: journal transaction % was already checked as balanced; it takes no more entries',
+      NEW.transaction_id USING ERRCODE = 'restrict_violation';
   END IF;
   NEW.created_at := now();
   UPDATE accounts

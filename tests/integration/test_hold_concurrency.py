@@ -157,10 +157,13 @@ def test_parallel_reserves_never_overspend(
     integrity_ok(client)
 
 
+@pytest.mark.parametrize("funds", ["1", "0.003"])
 def test_parallel_duplicate_reserves_make_one_hold(
-    server: str, client: TestClient[Any], funded: Callable[[str], str]
+    server: str, client: TestClient[Any], funded: Callable[[str], str], funds: str
 ) -> None:
-    account_id = funded("1")
+    """Same key, same body: one hold, every other answer a 200 replay, also when the one
+    hold takes all the funds (the replay must win over a 402)."""
+    account_id = funded(funds)
 
     def work(http: httpx.Client, i: int) -> tuple[int, str]:
         r = http.post(f"{server}/v1/holds", json=reserve_body(account_id, "the-one"), headers=auth(GATEWAY))

@@ -177,3 +177,22 @@ def test_integrity_reports_a_mismatch(funded: str, database: str) -> None:
     } in (report["account_mismatches"])
     assert report["totals"]["USD"] == "7"
     assert any(u["sum"] == "7" for u in report["unbalanced_transactions"])
+
+
+def test_checked_transaction_takes_no_more_entries(funded: str, sql: psycopg.Connection[Any]) -> None:
+    """SET CONSTRAINTS ALL IMMEDIATE runs the balance check early; entries added after it are refused."""
+    txn = new_transaction(sql, funded)
+    add_entry(sql, txn, "system:adjustments:USD", "-1")
+    add_entry(sql, txn, funded, "1")
+    sql.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    with pytest.raises(psycopg.Error) as caught:
+        add_entry(sql, txn, funded, "1000000")
+    sql.rollback()
+    assert "already checked" in str(caught.value)
+    # and an early check of a transaction that has too few entries is refused at once
+    new_transaction(sql, funded)
+    with pytest.raises(psycopg.Error) as caught:
+        sql.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    sql.rollback()
+    assert "fewer than two" in str(caught.value)
+    assert balance_of(sql, funded) == "5/0"
