@@ -32,6 +32,7 @@ import structlog
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ledger.audit import repository as audit
 from ledger.context import RECONCILER, Actor
 from ledger.db import RETRYABLE_SQLSTATES, is_unreachable, read_only, sqlstate, transaction
 from ledger.errors import LedgerError, ValidationFailed
@@ -186,6 +187,17 @@ class ReconciliationService:
             await repository.insert_run(
                 conn, run_id=run_id, trigger=trigger, actor=actor.identity, grace=self.grace
             )
+            if actor.kind == "admin":  # a person asked for it (API or CLI): the append-only audit log says so
+                await audit.record(
+                    conn,
+                    actor=actor.identity,
+                    role=actor.role,
+                    action="reconciliation.run",
+                    target=str(run_id),
+                    reason=f"{trigger} request",
+                    details={"grace_seconds": self.grace},
+                    request_id=actor.request_id,
+                )
 
         await transaction(self.engine, start)
         bound = log.bind(run_id=str(run_id), trigger=trigger)

@@ -254,6 +254,9 @@ def test_runs_are_recorded_listed_and_final(client: TestClient[Any], account: st
         run["settled"] + run["released"] > 0 or run["errors"] or run["status"] != "succeeded" for run in busy
     )
 
+    audit = client.get("/admin/v1/audit-log", params={"target": first["run_id"]}, headers=auth(VIEWER)).json()
+    assert [(e["action"], e["role"]) for e in audit["data"]] == [("reconciliation.run", "finance")]
+
     r = client.get(f"/admin/v1/reconciliation/runs/{first['run_id']}", headers=auth(VIEWER))
     assert r.status_code == 200 and r.json() == first
     r = client.get("/admin/v1/reconciliation/runs/00000000-0000-0000-0000-000000000000", headers=auth(VIEWER))
