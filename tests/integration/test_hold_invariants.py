@@ -62,8 +62,9 @@ def test_a_hold_without_its_reserve_posting_is_refused(
 ) -> None:
     message = refused(
         sql,
-        "INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency, "
-        "amount, reservation, ttl_seconds, expires_at) VALUES (gen_random_uuid(), %s, 'sneaky', 'x', 'open', "
+        "INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, "
+        "currency, amount, reservation, ttl_seconds, expires_at) "
+        "VALUES (gen_random_uuid(), %s, 'sneaky', 'x', 'open', "
         "'t-simple', %s, %s, 5, '{}'::jsonb, 60, now() + interval '1 minute')",
         (holds["account"], holds["version"], holds["currency"]),
     )
@@ -75,8 +76,8 @@ def test_settling_or_releasing_without_postings_is_refused(
 ) -> None:
     message = refused(
         sql,
-        "UPDATE holds SET state = 'settled', charge = '{\"amount\": \"999\"}'::jsonb, charged = 999, released = 0, "
-        "overage = 999 - amount, resolved_by = 'gateway', resolved_at = now() WHERE id = %s",
+        "UPDATE holds SET state = 'settled', charge = '{\"amount\": \"999\"}'::jsonb, charged = 999, "
+        "released = 0, overage = 999 - amount, resolved_by = 'gateway', resolved_at = now() WHERE id = %s",
         (holds["open"],),
     )
     assert "without a matching journal transaction" in message
