@@ -4,9 +4,9 @@
   on journal_transactions) instead of once per entry. It still sees every entry:
   entries can only be added inside the database transaction that created their
   journal transaction (checked on each entry insert), and once the check has run
-  (at commit, or earlier under SET CONSTRAINTS ... IMMEDIATE) it marks the journal
-  transaction as checked in a transaction-local setting, after which the entry
-  trigger refuses further entries for it.
+  (at commit, or earlier under SET CONSTRAINTS ... IMMEDIATE) it adds the journal
+  transaction's id to one transaction-local setting (`ledger.sealed`), after which the
+  entry trigger refuses further entries for it.
 - The entries' foreign keys (to their journal transaction, and to their account's
   (id, currency)) become checks in the entry trigger. Accounts and journal
   transactions are never deleted and never change id or currency (0001's triggers),
@@ -54,7 +54,10 @@ BEGIN
       NEW.id, bad_currency, bad_sum USING ERRCODE = 'check_violation';
   END IF;
   -- Checked: no entry may join this journal transaction any more (see ledger_entry_post).
-  PERFORM set_config('ledger.checked_' || NEW.id, 'yes', true);
+  -- One transaction-local setting lists the ids checked so far (',12,13,'); it resets at
+  -- commit, so it never grows beyond one database transaction's journal transactions.
+  PERFORM set_config('ledger.sealed', coalesce(nullif(current_setting('ledger.sealed', true), ''), ',')
+                     || NEW.id || ',', true);
   RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER journal_transactions_balanced AFTER INSERT ON journal_transactions
@@ -83,7 +86,7 @@ BEGIN
     RAISE EXCEPTION 'ledger: entries may only be added to a journal transaction created in the same database transaction'
       USING ERRCODE = 'restrict_violation';
   END IF;
-  IF current_setting('ledger.checked_' || NEW.transaction_id, true) = 'yes' THEN
+  IF strpos(coalesce(current_setting('ledger.sealed', true), ''), ',' || NEW.transaction_id || ',') > 0 THEN
     RAISE EXCEPTION 'ledger: journal transaction % was already checked as balanced; it takes no more entries',
       NEW.transaction_id USING ERRCODE = 'restrict_violation';
   END IF;
