@@ -34,5 +34,5 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric_level, logging.WARNING), stream=sys.stderr, format="%(message)s")
-    for noisy in ("httpx", "uvicorn.access", "alembic", "apscheduler", "pgserver"):
+    for noisy in ("httpx", "uvicorn.access", "alembic", "apscheduler", "pgserver", "dramatiq"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
