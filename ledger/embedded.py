@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from urllib.parse import quote
 
 from ledger.settings import Settings
@@ -33,10 +32,6 @@ def embedded_database_url(settings: Settings) -> str:
     if "1 row" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE};")
     return f"postgresql+psycopg://postgres@/{DATABASE}?host={quote(str(folder))}"
-
-
-def data_dir_of(settings: Settings) -> Path:
-    return settings.data_dir.resolve()
 
 
 def stop_embedded(settings: Settings) -> str:

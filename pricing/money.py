@@ -101,11 +101,3 @@ def add(*values: Decimal) -> Decimal:
     for v in values:
         total = EXACT.add(total, v)
     return total
-
-
-def to_storage(value: Decimal) -> Decimal:
-    """Quantize to the storage scale (exact: refuses anything that would round)."""
-    stored = value.quantize(QUANTUM, context=EXACT)
-    if stored != value:
-        raise AmountError("amount is not exact at 10^-12")
-    return stored
