@@ -56,6 +56,12 @@ class PriceVersionNotFound(NotFound):
     code = "price_version_not_found"
 
 
+class ModelNotFound(NotFound):
+    """The model is in no price version of the currency: the caller's mistake, not an outage."""
+
+    code = "model_not_found"
+
+
 class ReconciliationRunNotFound(NotFound):
     code = "reconciliation_run_not_found"
 
@@ -66,6 +72,14 @@ class RouteNotFound(NotFound):
 
 class MethodNotAllowed(LedgerError):
     status, code, type = 405, "method_not_allowed", "invalid_request"
+
+
+class PayloadTooLarge(LedgerError):
+    status, code, type = 413, "payload_too_large", "invalid_request"
+
+
+class UnsupportedMediaType(LedgerError):
+    status, code, type = 415, "unsupported_media_type", "invalid_request"
 
 
 class Conflict(LedgerError):

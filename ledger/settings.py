@@ -8,6 +8,7 @@ configuration table lists every variable below; keep the two in step.
 from __future__ import annotations
 
 import os
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -52,6 +53,10 @@ class Settings:
     default_hold_ttl_seconds: int
     price_sources: tuple[str, ...]
     price_refresh_max_factor: str
+    # A settle whose charge exceeds this many times the hold's amount is still recorded
+    # (the tokens were served) but flagged: logged at warning, counted, account marked
+    # for review. Decimal string, > 0.
+    max_overage_factor: str
     reconcile_cron: str
     price_refresh_cron: str
     integrity_cron: str
@@ -77,6 +82,17 @@ def _int(env: dict[str, str], name: str, default: int, *, minimum: int = 0) -> i
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _positive_decimal(env: dict[str, str], name: str, default: str) -> str:
+    raw = env.get(name) or default
+    try:
+        value = Decimal(raw)
+    except InvalidOperation as exc:
+        raise SettingsError(f"{name} must be a decimal number, got {raw!r}") from exc
+    if not value.is_finite() or value <= 0:
+        raise SettingsError(f"{name} must be a positive decimal number, got {raw!r}")
+    return raw
 
 
 def _list(raw: str | None) -> tuple[str, ...]:
@@ -149,6 +165,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         default_hold_ttl_seconds=_int(env, "LEDGER_DEFAULT_HOLD_TTL_SECONDS", 600, minimum=1),
         price_sources=_list(env.get("LEDGER_PRICE_SOURCES")) or (default_sources,),
         price_refresh_max_factor=env.get("LEDGER_PRICE_REFRESH_MAX_FACTOR", "3"),
+        max_overage_factor=_positive_decimal(env, "LEDGER_MAX_OVERAGE_FACTOR", "2"),
         reconcile_cron=env.get("LEDGER_RECONCILE_CRON", "* * * * *"),
         price_refresh_cron=env.get("LEDGER_PRICE_REFRESH_CRON", "17 * * * *"),
         integrity_cron=env.get("LEDGER_INTEGRITY_CRON", "*/5 * * * *"),
