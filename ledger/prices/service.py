@@ -350,7 +350,14 @@ class PriceService:
         )
         if newer is not None:
             reason += f"; forced over {newer.version}"
-        return result("publish", reason, published=True, version=version, refused_changes=refused)
+        return result(
+            "publish",
+            reason,
+            published=True,
+            version=version,
+            refused_changes=refused,
+            newer_version=None if newer is None else newer.version,
+        )
 
     async def has_versions(self) -> bool:
         async with read_only(self.engine) as conn:

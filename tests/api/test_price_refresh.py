@@ -111,6 +111,7 @@ def test_refresh_never_reverts_a_finance_publish(
     # --force publishes over it, and the audit log says over what.
     code, forced = refresh(database, sheet, "--force")
     assert (code, forced["outcome"], forced["published"]) == (0, "publish", True)
+    assert forced["newer_version"] == v_finance
     v_forced = forced["version"]["version"]
     audit = client.get("/admin/v1/audit-log", params={"target": v_forced}, headers=auth(VIEWER)).json()[
         "data"
