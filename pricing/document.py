@@ -159,6 +159,12 @@ def _load_json(raw: bytes | bytearray | memoryview | str) -> object:
         raise PriceDocumentInvalid("", f"the price document is not valid JSON: {exc}") from None
 
 
+def load_document_json(raw: bytes | bytearray | memoryview | str) -> object:
+    """Decode JSON exactly as `parse_price_document` does (a repeated key is remembered and
+    refused when parsed, NaN/Infinity refused), for callers that strip a wrapper field first."""
+    return _load_json(raw)
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 

@@ -7,8 +7,10 @@ the hold gauges. Every job is idempotent, so a retry, a duplicate tick or a
 redelivered message is harmless:
 
 - `reconcile`: one `ReconciliationService.run_once` pass (its own run row too);
-- `refresh_prices`: `ledger prices refresh` (publishes only if the sources changed,
-  and refuses rate moves past LEDGER_PRICE_REFRESH_MAX_FACTOR);
+- `refresh_prices`: `ledger prices refresh` (publishes only if the sources changed
+  since its last refresh; a version published by hand since then is never published
+  over: the run logs a warning and records the skip, ok; rate moves past
+  LEDGER_PRICE_REFRESH_MAX_FACTOR are refused, logged at ERROR, not ok);
 - `check_integrity`: the check behind GET /admin/v1/integrity; sets
   `ledger_integrity_ok` and logs any mismatch at ERROR level.
 
@@ -150,9 +152,12 @@ def refresh_prices(ctx: JobContext) -> dict[str, Any]:
             ctx.settings, ctx.database_url, force=False, factor=factor, actor=ctx.actor
         )
         summary: dict[str, Any] = msgspec.to_builtins(result)
-        if result.refused_changes:
+        if result.outcome == "refuse_newer_version":
+            summary["skipped"] = True
+            log.warning("prices.refresh_skipped", newer_version=result.newer_version, reason=result.reason)
+        if result.outcome == "refuse_rate_move":
             log.error("prices.refresh_refused", refused=len(result.refused_changes), reason=result.reason)
-        return not result.refused_changes, summary
+        return result.outcome != "refuse_rate_move", summary
 
     return run_job(ctx, "refresh_prices", body)
 

@@ -1,4 +1,9 @@
-"""`ledger prices publish|refresh|diff|list`: the price commands, over the same services as HTTP."""
+"""`ledger prices publish|refresh|diff|list`: the price commands, over the same services as HTTP.
+
+Exit codes: 0 done (including "unchanged" and every `--dry-run`), 2 refused input or an
+unreadable source, 3 a refresh refused for a rate moving past the max factor, 4 a
+refresh refused because a version was published by hand after the last refresh.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +20,13 @@ import msgspec
 
 from ledger.context import CLI, Actor
 from ledger.db import make_engine, read_only
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, ValidationFailed
 from ledger.prices import repository as price_repository
+from ledger.prices.schemas import PublishResult
 from ledger.prices.service import PriceService
 from ledger.prices.sources import SourceError, load_sources
 from ledger.settings import Settings
 from pricing.diff import compare_documents, diff_to_builtins
-from pricing.document import parse_price_document
 from pricing.errors import PriceDocumentInvalid
 
 
@@ -53,40 +58,70 @@ def refresh_factor(settings: Settings, override: str | None) -> Decimal:
     return factor
 
 
-async def refresh(settings: Settings, url: str, *, force: bool, factor: Decimal, actor: Actor = CLI) -> Any:
+EXIT_CODES = {"publish": 0, "unchanged": 0, "refuse_rate_move": 3, "refuse_newer_version": 4}
+
+
+async def refresh(
+    settings: Settings,
+    url: str,
+    *,
+    force: bool,
+    factor: Decimal,
+    actor: Actor = CLI,
+    dry_run: bool = False,
+) -> PublishResult:
     doc = load_sources(settings.price_sources)
-    return await _with_service(
-        url, lambda svc: svc.publish_if_changed(doc, actor, max_factor=factor, force=force)
+    result: PublishResult = await _with_service(
+        url, lambda svc: svc.refresh(doc, actor, max_factor=factor, force=force, dry_run=dry_run)
     )
+    return result
 
 
 def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
     try:
         if args.prices_command == "publish":
-            doc = parse_price_document(Path(args.file).read_bytes())
+            raw = Path(args.file).read_bytes()
 
             async def publish(svc: PriceService) -> tuple[Any, str | None]:
-                published = await svc.publish(doc, CLI)
+                published = await svc.publish_raw(raw, CLI, replace=args.replace)
                 async with read_only(svc.engine) as conn:
-                    active = await price_repository.active_version(conn, doc.currency, datetime.now(UTC))
+                    active = await price_repository.active_version(
+                        conn, published.currency, datetime.now(UTC)
+                    )
                 return published, active
 
             version, active = asyncio.run(_with_service(url, publish))
             _print(version)
+            if not version.created:
+                print(
+                    f"ledger prices: note: nothing published: {version.version} already has this content",
+                    file=sys.stderr,
+                )
             if active != version.version:
                 print(
-                    f"ledger prices: note: {version.version} is not the active {doc.currency} version now "
-                    f"(active: {active}); its effective_at is {version.effective_at}. Pin it with "
+                    f"ledger prices: note: {version.version} is not the active {version.currency} version "
+                    f"now (active: {active}); its effective_at is {version.effective_at}. Pin it with "
                     f'"price_version": "{version.version}", or publish with a later effective_at.',
                     file=sys.stderr,
                 )
             return 0
         if args.prices_command == "refresh":
             result = asyncio.run(
-                refresh(settings, url, force=args.force, factor=refresh_factor(settings, args.max_factor))
+                refresh(
+                    settings,
+                    url,
+                    force=args.force,
+                    factor=refresh_factor(settings, args.max_factor),
+                    dry_run=args.dry_run,
+                )
             )
             _print(result)
-            return 0 if result.published or not result.refused_changes else 3
+            if result.dry_run:
+                return 0
+            code = EXIT_CODES[result.outcome]
+            if code:
+                print(f"ledger prices: {result.reason}", file=sys.stderr)
+            return code
         if args.prices_command == "diff":
 
             async def diff(svc: PriceService) -> Any:
@@ -101,6 +136,8 @@ def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
             versions, _ = asyncio.run(_with_service(url, lambda svc: svc.list(cursor=None, limit=500)))
             _print(versions)
             return 0
+    except ValidationFailed as error:
+        return _fail(f"refused: {error.param}: {error.message}", 2)
     except PriceDocumentInvalid as error:
         return _fail(f"refused: {error.param}: {error.message}", 2)
     except (SourceError, OSError) as error:
@@ -115,8 +152,22 @@ def add_parser(sub: Any) -> None:
     verbs = prices.add_subparsers(dest="prices_command", required=True)
     publish = verbs.add_parser("publish", help="publish a price document file as a new version")
     publish.add_argument("file")
-    refresh_p = verbs.add_parser("refresh", help="re-read LEDGER_PRICE_SOURCES; publish only if changed")
-    refresh_p.add_argument("--force", action="store_true", help="publish even past the max factor")
+    publish.add_argument(
+        "--replace", action="store_true", help="allow dropping models that the active version prices"
+    )
+    refresh_p = verbs.add_parser(
+        "refresh",
+        help="re-read LEDGER_PRICE_SOURCES; publish only if they changed since the last refresh "
+        "and nothing was published by hand since",
+    )
+    refresh_p.add_argument(
+        "--force",
+        action="store_true",
+        help="publish even past the max factor or over a version published by hand (audit-logged)",
+    )
+    refresh_p.add_argument(
+        "--dry-run", action="store_true", help="print the decision and the diff; publish nothing"
+    )
     refresh_p.add_argument(
         "--max-factor", default=None, help="refuse rate moves above this factor (default 3)"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
 from ledger.errors import InvalidJson
@@ -32,15 +32,22 @@ class AdminPriceController(Controller):
         opt={"role": "finance"},
         status_code=201,
         summary="Publish a price document as a new immutable version",
-        description="Body: a price document (see the contract). Rates are decimal strings.",
+        description=(
+            "Body: a price document (see the contract; rates are decimal strings), plus an optional "
+            '`"replace": true` that allows the document to drop models the active version prices. '
+            "201 with `created: true` for a new version; 200 with `created: false` and the existing "
+            "version when its content is the newest version's already. `active` says whether the "
+            "version is the one active now for its currency."
+        ),
     )
-    async def publish(self, request: Request[Any, Any, Any]) -> PriceVersion:
+    async def publish(self, request: Request[Any, Any, Any]) -> Response[PriceVersion]:
         raw = await request.body()
         try:
             msgspec.json.decode(raw)
         except msgspec.DecodeError as error:
             raise InvalidJson(f"request body is not valid JSON: {error}") from error
-        return await service(request).publish_raw(raw, actor_of(request))
+        version = await service(request).publish_raw(raw, actor_of(request))
+        return Response(version, status_code=201 if version.created else 200)
 
     @get("/price-versions", summary="Price versions, newest first")
     async def list_versions(

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_COLUMNS = "version, content_hash, currency, effective_at, source, published_by, published_at"
+_COLUMNS = "id, version, content_hash, currency, effective_at, source, published_by, published_at"
 
 _INSERT = text(
     "INSERT INTO price_versions (content_hash, currency, effective_at, source, document, published_by) "
@@ -23,10 +23,27 @@ _ACTIVE = text(
     "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= :at "
     "ORDER BY effective_at DESC, id DESC LIMIT 1"
 )
+_ACTIVE_ROW = text(
+    f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency AND effective_at <= :at "
+    "ORDER BY effective_at DESC, id DESC LIMIT 1"
+)
 _LATEST = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency ORDER BY id DESC LIMIT 1"
 )
+_LATEST_AFTER = text(
+    f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency AND id > :after "
+    "ORDER BY id DESC LIMIT 1"
+)
 _COUNT = text("SELECT count(*) FROM price_versions")
+_LAST_REFRESH = text(
+    "SELECT r.content_hash, r.version_id, r.action, r.refreshed_at, v.version "
+    "FROM price_refreshes r JOIN price_versions v ON v.id = r.version_id "
+    "WHERE r.currency = :currency ORDER BY r.id DESC LIMIT 1"
+)
+_RECORD_REFRESH = text(
+    "INSERT INTO price_refreshes (currency, content_hash, version_id, action, refreshed_by) "
+    "SELECT :currency, :content_hash, id, :action, :refreshed_by FROM price_versions WHERE version = :version"
+)
 _LOCK = text("SELECT pg_advisory_xact_lock(7243100002)")
 
 
@@ -48,8 +65,36 @@ async def active_version(conn: AsyncConnection, currency: str, at: datetime) -> 
     return value
 
 
+async def active(conn: AsyncConnection, currency: str, at: datetime) -> Any | None:
+    """The row of the version active for `currency` at `at` (see `active_version`)."""
+    return (await conn.execute(_ACTIVE_ROW, {"currency": currency, "at": at})).first()
+
+
 async def latest(conn: AsyncConnection, currency: str) -> Any | None:
     return (await conn.execute(_LATEST, {"currency": currency})).first()
+
+
+async def latest_after(conn: AsyncConnection, currency: str, after: int) -> Any | None:
+    """The newest version of `currency` whose row id is above `after` (0: any)."""
+    return (await conn.execute(_LATEST_AFTER, {"currency": currency, "after": after})).first()
+
+
+async def last_refresh(conn: AsyncConnection, currency: str) -> Any | None:
+    """The latest `price_refreshes` row of `currency` (content_hash, version_id, version ...)."""
+    return (await conn.execute(_LAST_REFRESH, {"currency": currency})).first()
+
+
+async def record_refresh(
+    conn: AsyncConnection, *, currency: str, content_hash: str, version: str, action: str, refreshed_by: str
+) -> None:
+    values = {
+        "currency": currency,
+        "content_hash": content_hash,
+        "version": version,
+        "action": action,
+        "refreshed_by": refreshed_by,
+    }
+    await conn.execute(_RECORD_REFRESH, values)
 
 
 async def count(conn: AsyncConnection) -> int:

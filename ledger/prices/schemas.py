@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -25,6 +25,10 @@ class PriceVersion(msgspec.Struct, frozen=True, omit_defaults=True):
     published_at: str
     models: list[str]
     document: dict[str, Any] | None = None
+    # Set only on a publish answer: whether this publish created the version (False: the
+    # same content was the newest version already), and whether it is active now.
+    created: bool | None = None
+    active: bool | None = None
 
 
 class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -49,9 +53,24 @@ class ReservationQuote(msgspec.Struct, frozen=True):
     reservation: dict[str, Any]
 
 
+RefreshOutcome = Literal["publish", "unchanged", "refuse_rate_move", "refuse_newer_version"]
+
+
 class PublishResult(msgspec.Struct, frozen=True):
+    """What a price refresh decided (`outcome`), and whether it published (never on a dry run).
+
+    `diff` is what the sources change against `against`, the version active now (or the
+    newest one when none is active yet); `last_refresh` is the version recorded by the
+    previous successful refresh; `newer_version` names a version published by hand after it.
+    """
+
+    outcome: RefreshOutcome
     published: bool
-    version: PriceVersion | None
+    dry_run: bool
     reason: str
-    changes: list[dict[str, Any]] = []
+    version: PriceVersion | None
+    against: str | None = None
+    last_refresh: str | None = None
+    newer_version: str | None = None
+    diff: dict[str, Any] | None = None
     refused_changes: list[dict[str, Any]] = []

@@ -190,8 +190,10 @@ def test_cli_publish_refresh_and_diff(database: str, tmp_path: Path) -> None:
     env = {"LEDGER_PRICE_SOURCES": str(sheet)}
     same = run_cli(database, "prices", "refresh", extra_env=env)
     assert same.returncode == 0, same.stderr
+    # The sheet was published by hand first: the refresh finds its content is the newest
+    # version's already, adopts it as its own last content, and publishes nothing.
     assert json.loads(same.stdout)["published"] is False
-    assert json.loads(same.stdout)["reason"] == "content unchanged"
+    assert json.loads(same.stdout)["outcome"] == "unchanged"
     sheet.write_text(json.dumps(simple_document(currency, output_rate="12")))
     moved = json.loads(run_cli(database, "prices", "refresh", extra_env=env).stdout)
     assert moved["published"] is True
