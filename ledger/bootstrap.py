@@ -46,7 +46,7 @@ def startup_hooks(settings: Settings, database_url: str) -> tuple[Hooks, Hooks]:
             jobs.start()
 
         async def stop_jobs(app: Litestar) -> None:
-            await asyncio.to_thread(jobs.stop)
+            await asyncio.to_thread(jobs.stop, float(settings.shutdown_grace_seconds))
 
         on_startup.append(start_jobs)
         on_shutdown.append(stop_jobs)

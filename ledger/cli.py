@@ -89,9 +89,19 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             port=port,
             log_level="warning",
             access_log=False,
+            timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
         return 0
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        # Without a bound uvicorn waits for every open request on SIGTERM, so one slow
+        # client kept the service up indefinitely.
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+    )
     return 0
 
 
