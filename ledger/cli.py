@@ -1,4 +1,4 @@
-"""The `ledger` command: serve, migrate, worker, scheduler, health, reconcile, prices.
+"""The `ledger` command: serve, migrate, grant-service-role, worker, scheduler, health, reconcile, prices.
 
 Every command reads the same LEDGER_* settings. Without LEDGER_DATABASE_URL each
 uses the embedded PostgreSQL in LEDGER_DATA_DIR, so `ledger reconcile` works
@@ -24,8 +24,13 @@ def database_url(settings: Settings) -> str:
     return embedded_database_url(settings)
 
 
+def migration_url(settings: Settings) -> str:
+    """The schema owner's URL: LEDGER_MIGRATION_DATABASE_URL, else the service's own."""
+    return settings.migration_database_url or database_url(settings)
+
+
 def prepare(settings: Settings) -> str:
-    """Resolve the database and bring its schema to head."""
+    """Resolve the database and bring its schema to head (a no-op, needing no DDL right, at head)."""
     from ledger.db import migrate
 
     url = database_url(settings)
@@ -34,10 +39,33 @@ def prepare(settings: Settings) -> str:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    prepare(settings)
-    from ledger.db import head_revision
+    """Upgrade as the schema owner; then grant LEDGER_SERVICE_ROLE the service's privileges, if set."""
+    from ledger.db import head_revision, migrate
+    from ledger.roles import RoleError, grant_service_role
 
-    print(json.dumps({"migrated": True, "revision": head_revision()}))
+    url = migration_url(settings)
+    migrate(url)
+    result: dict[str, Any] = {"migrated": True, "revision": head_revision()}
+    if settings.service_role:
+        try:
+            result["granted"] = grant_service_role(url, settings.service_role)["role"]
+        except RoleError as error:
+            print(f"ledger migrate: {error}", file=sys.stderr)
+            return 2
+    print(json.dumps(result))
+    return 0
+
+
+def cmd_grant_service_role(settings: Settings, args: argparse.Namespace) -> int:
+    """Grant ROLE exactly the service's privileges (idempotent; re-run after each migration)."""
+    from ledger.roles import RoleError, grant_service_role
+
+    try:
+        result = grant_service_role(migration_url(settings), args.role)
+    except RoleError as error:
+        print(f"ledger grant-service-role: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -241,6 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    grant = sub.add_parser(
+        "grant-service-role",
+        help="grant a role the service's least privileges (run as the schema owner, after migrate)",
+    )
+    grant.add_argument("role", help="an existing, non-superuser login role")
+    grant.set_defaults(func=cmd_grant_service_role)
     stop = sub.add_parser("stop-embedded", help="stop the embedded PostgreSQL of LEDGER_DATA_DIR")
     stop.set_defaults(func=cmd_stop_embedded)
     price_commands.add_parser(sub)
