@@ -15,6 +15,7 @@ import structlog
 from litestar import Litestar
 
 from ledger.context import Actor
+from ledger.metrics import mark_process_dead, multiprocess_dir
 from ledger.prices.service import PriceService
 from ledger.settings import Settings
 from pricing.bundled import bundled_document
@@ -31,12 +32,17 @@ async def seed_prices(app: Litestar) -> None:
         log.info("prices.seeded", version=version.version, models=version.models)
 
 
+async def forget_metrics(app: Litestar) -> None:
+    """A serving process that exits marks its metric files dead (multiprocess mode only)."""
+    mark_process_dead()
+
+
 Hooks = list[Callable[..., Any]]
 
 
 def startup_hooks(settings: Settings, database_url: str) -> tuple[Hooks, Hooks]:
     on_startup: Hooks = [seed_prices]
-    on_shutdown: Hooks = []
+    on_shutdown: Hooks = [forget_metrics] if multiprocess_dir() else []
     if settings.embedded:
         from workers.embedded import EmbeddedJobs
 

@@ -70,18 +70,35 @@ def cmd_grant_service_role(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    import tempfile
+
+    workers = args.workers or settings.web_workers
+    metrics_dir: str | None = None
+    if workers > 1 and not settings.embedded:
+        # Multiprocess metrics: a fresh folder per start, set before any serving process
+        # imports prometheus_client (the workers are spawned, so they inherit it).
+        metrics_dir = tempfile.mkdtemp(prefix="ledger-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    else:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # one process: its own registry
+    try:
+        return _serve(settings, args, workers)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
     import uvicorn
 
-    from ledger.app import create_app
-    from ledger.bootstrap import startup_hooks
     from ledger.logging import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
     url = prepare(settings)
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
-    on_startup, on_shutdown = startup_hooks(settings, url)
-    app = create_app(settings, url, on_startup=on_startup, on_shutdown=on_shutdown)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     print(f"ledger: serving on http://{shown}:{port}  (API docs: http://{shown}:{port}/schema)", flush=True)
     if settings.embedded:
@@ -101,7 +118,6 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    workers = args.workers or settings.web_workers
     if workers > 1:
         if settings.embedded:
             print(
@@ -120,6 +136,13 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
         return 0
+    # One process: the app is built here (with several, each worker builds its own and the
+    # supervisor never imports the metrics, so it writes no metric files of its own).
+    from ledger.app import create_app
+    from ledger.bootstrap import startup_hooks
+
+    on_startup, on_shutdown = startup_hooks(settings, url)
+    app = create_app(settings, url, on_startup=on_startup, on_shutdown=on_shutdown)
     uvicorn.run(
         app,
         host=host,
