@@ -19,6 +19,7 @@ import structlog
 from litestar import Litestar
 
 from ledger.context import Actor
+from ledger.metrics import mark_process_dead, multiprocess_dir
 from ledger.prices.service import PriceService
 from ledger.prices.sources import SourceError, load_sources
 from ledger.settings import Settings
@@ -53,12 +54,17 @@ def seed_prices(settings: Settings) -> Callable[[Litestar], Awaitable[None]]:
     return seed
 
 
+async def forget_metrics(app: Litestar) -> None:
+    """A serving process that exits marks its metric files dead (multiprocess mode only)."""
+    mark_process_dead()
+
+
 Hooks = list[Callable[..., Any]]
 
 
 def startup_hooks(settings: Settings, database_url: str) -> tuple[Hooks, Hooks]:
     on_startup: Hooks = [seed_prices(settings)]
-    on_shutdown: Hooks = []
+    on_shutdown: Hooks = [forget_metrics] if multiprocess_dir() else []
     if settings.embedded:
         from workers.embedded import EmbeddedJobs
 
@@ -68,7 +74,7 @@ def startup_hooks(settings: Settings, database_url: str) -> tuple[Hooks, Hooks]:
             jobs.start()
 
         async def stop_jobs(app: Litestar) -> None:
-            await asyncio.to_thread(jobs.stop)
+            await asyncio.to_thread(jobs.stop, float(settings.shutdown_grace_seconds))
 
         on_startup.append(start_jobs)
         on_shutdown.append(stop_jobs)

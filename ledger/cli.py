@@ -1,4 +1,4 @@
-"""The `ledger` command: serve, migrate, worker, scheduler, health, reconcile, prices.
+"""The `ledger` command: serve, migrate, grant-service-role, worker, scheduler, health, reconcile, prices.
 
 Every command reads the same LEDGER_* settings. Without LEDGER_DATABASE_URL each
 uses the embedded PostgreSQL in LEDGER_DATA_DIR, so `ledger reconcile` works
@@ -24,8 +24,13 @@ def database_url(settings: Settings) -> str:
     return embedded_database_url(settings)
 
 
+def migration_url(settings: Settings) -> str:
+    """The schema owner's URL: LEDGER_MIGRATION_DATABASE_URL, else the service's own."""
+    return settings.migration_database_url or database_url(settings)
+
+
 def prepare(settings: Settings) -> str:
-    """Resolve the database and bring its schema to head."""
+    """Resolve the database and bring its schema to head (a no-op, needing no DDL right, at head)."""
     from ledger.db import migrate
 
     url = database_url(settings)
@@ -34,26 +39,66 @@ def prepare(settings: Settings) -> str:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    prepare(settings)
-    from ledger.db import head_revision
+    """Upgrade as the schema owner; then grant LEDGER_SERVICE_ROLE the service's privileges, if set."""
+    from ledger.db import head_revision, migrate
+    from ledger.roles import RoleError, grant_service_role
 
-    print(json.dumps({"migrated": True, "revision": head_revision()}))
+    url = migration_url(settings)
+    migrate(url)
+    result: dict[str, Any] = {"migrated": True, "revision": head_revision()}
+    if settings.service_role:
+        try:
+            result["granted"] = grant_service_role(url, settings.service_role)["role"]
+        except RoleError as error:
+            print(f"ledger migrate: {error}", file=sys.stderr)
+            return 2
+    print(json.dumps(result))
+    return 0
+
+
+def cmd_grant_service_role(settings: Settings, args: argparse.Namespace) -> int:
+    """Grant ROLE exactly the service's privileges (idempotent; re-run after each migration)."""
+    from ledger.roles import RoleError, grant_service_role
+
+    try:
+        result = grant_service_role(migration_url(settings), args.role)
+    except RoleError as error:
+        print(f"ledger grant-service-role: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
     return 0
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    import tempfile
+
+    workers = args.workers or settings.web_workers
+    metrics_dir: str | None = None
+    if workers > 1 and not settings.embedded:
+        # Multiprocess metrics: a fresh folder per start, set before any serving process
+        # imports prometheus_client (the workers are spawned, so they inherit it).
+        metrics_dir = tempfile.mkdtemp(prefix="ledger-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    else:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # one process: its own registry
+    try:
+        return _serve(settings, args, workers)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
     import uvicorn
 
-    from ledger.app import create_app
-    from ledger.bootstrap import startup_hooks
     from ledger.logging import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
     url = prepare(settings)
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
-    on_startup, on_shutdown = startup_hooks(settings, url)
-    app = create_app(settings, url, on_startup=on_startup, on_shutdown=on_shutdown)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     print(f"ledger: serving on http://{shown}:{port}  (API docs: http://{shown}:{port}/schema)", flush=True)
     if settings.embedded:
@@ -73,7 +118,6 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    workers = args.workers or settings.web_workers
     if workers > 1:
         if settings.embedded:
             print(
@@ -89,9 +133,26 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             port=port,
             log_level="warning",
             access_log=False,
+            timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
         return 0
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # One process: the app is built here (with several, each worker builds its own and the
+    # supervisor never imports the metrics, so it writes no metric files of its own).
+    from ledger.app import create_app
+    from ledger.bootstrap import startup_hooks
+
+    on_startup, on_shutdown = startup_hooks(settings, url)
+    app = create_app(settings, url, on_startup=on_startup, on_shutdown=on_shutdown)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        # Without a bound uvicorn waits for every open request on SIGTERM, so one slow
+        # client kept the service up indefinitely.
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+    )
     return 0
 
 
@@ -231,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    grant = sub.add_parser(
+        "grant-service-role",
+        help="grant a role the service's least privileges (run as the schema owner, after migrate)",
+    )
+    grant.add_argument("role", help="an existing, non-superuser login role")
+    grant.set_defaults(func=cmd_grant_service_role)
     stop = sub.add_parser("stop-embedded", help="stop the embedded PostgreSQL of LEDGER_DATA_DIR")
     stop.set_defaults(func=cmd_stop_embedded)
     price_commands.add_parser(sub)

@@ -1,8 +1,50 @@
-"""Prometheus metrics: one registry for the process, rendered at GET /metrics."""
+"""Prometheus metrics, rendered at GET /metrics; correct with one serving process or several.
+
+- One process (`ledger serve`): one registry, with the standard process and platform
+  collectors.
+- Several (`ledger serve --workers N`): prometheus_client's multiprocess mode.
+  `ledger serve` sets PROMETHEUS_MULTIPROC_DIR to a fresh folder before the worker
+  processes start (so before any of them imports prometheus_client: the value class
+  is chosen at import), counters and histograms are summed over every process, and
+  a scrape answered by any worker gives the same totals. Each worker marks itself
+  dead on shutdown. The `process_*` families are reported for every live worker,
+  read from /proc, with a `pid` label.
+- Gauges read from the database at scrape time (holds, lag, integrity) use
+  `multiprocess_mode="mostrecent"`: the scrape that just refreshed them wins.
+  `ledger_integrity_ok` is created at the first check result, so it is absent (not
+  a false 0) until an integrity check has run.
+- Job outcomes come from the `job_runs` table (see `JobRunsCollector`), so the jobs
+  that ran in `ledger worker` processes are exported by the API, exactly once per
+  recorded run, however many processes serve.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, Metric
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or None
+
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -22,34 +64,169 @@ LATENCY = Histogram(
 MONEY_MOVEMENTS = Counter(
     "ledger_journal_transactions_total", "Journal transactions written, by kind", ["kind"], registry=REGISTRY
 )
-INTEGRITY_OK = Gauge(
-    "ledger_integrity_ok", "1 when the last integrity check passed, 0 when it failed", registry=REGISTRY
+HOLDS_OPEN = Gauge(
+    "ledger_holds", "Unresolved holds by state", ["state"], registry=REGISTRY, multiprocess_mode="mostrecent"
 )
-INTEGRITY_CHECKED_AT = Gauge(
-    "ledger_integrity_checked_timestamp_seconds", "When integrity was last checked", registry=REGISTRY
-)
-HOLDS_OPEN = Gauge("ledger_holds", "Unresolved holds by state", ["state"], registry=REGISTRY)
 HOLDS_OLDEST_AGE = Gauge(
     "ledger_holds_oldest_age_seconds",
     "Age of the oldest unresolved hold by state",
     ["state"],
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",
 )
 AMOUNT_HELD = Gauge(
     "ledger_amount_held",
     "Total amount held by unresolved holds, by currency",
     ["currency"],
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",
 )
 RECONCILE_LAG = Gauge(
     "ledger_reconciliation_lag_seconds",
     "How long the most overdue hold has been eligible for reconciliation",
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",
 )
-JOB_RUNS = Counter(
-    "ledger_job_runs_total", "Background job runs by job and outcome", ["job", "outcome"], registry=REGISTRY
+# In-process events of the scheduler and job runners (the runs themselves: JobRunsCollector).
+JOB_EVENTS = Counter(
+    "ledger_job_events_total",
+    "Job ticks that did not run, by job and event (skipped: still running elsewhere; enqueue_failed)",
+    ["job", "event"],
+    registry=REGISTRY,
 )
+
+_integrity_lock = threading.Lock()
+_integrity: tuple[Gauge, Gauge] | None = None
+
+
+def set_integrity(ok: bool, checked_at: float) -> None:
+    """Record an integrity check result; creates `ledger_integrity_ok` on the first one."""
+    global _integrity
+    with _integrity_lock:
+        if _integrity is None:
+            _integrity = (
+                Gauge(
+                    "ledger_integrity_ok",
+                    "1 when the last integrity check passed, 0 when it failed (absent before the first)",
+                    registry=REGISTRY,
+                    multiprocess_mode="mostrecent",
+                ),
+                Gauge(
+                    "ledger_integrity_checked_timestamp_seconds",
+                    "When integrity was last checked",
+                    registry=REGISTRY,
+                    multiprocess_mode="mostrecent",
+                ),
+            )
+        _integrity[0].set(1 if ok else 0)
+        _integrity[1].set(checked_at)
+
+
+def integrity_value() -> float | None:
+    """The last integrity result this process recorded (None before the first)."""
+    return None if _integrity is None else float(_integrity[0]._value.get())
+
+
+@dataclass(frozen=True)
+class JobTotal:
+    job: str
+    ok: bool
+    runs: int
+    seconds: Decimal
+
+
+class JobRunsCollector:
+    """`ledger_job_runs_total{job,outcome}` and `ledger_job_duration_seconds_total{job}` from job_runs.
+
+    The totals are read from the database at scrape time (`update`) and yielded as they
+    are: every recorded run counts once, whichever process (API, `ledger worker`,
+    embedded) ran it. Behind several API replicas each reports the same totals: use
+    `max by (job, outcome)`, not `sum`.
+    """
+
+    def __init__(self) -> None:
+        self._totals: tuple[JobTotal, ...] = ()
+
+    def update(self, totals: list[JobTotal]) -> None:
+        self._totals = tuple(totals)
+
+    def collect(self) -> Iterator[Metric]:
+        runs = CounterMetricFamily(
+            "ledger_job_runs", "Recorded background job runs by job and outcome", labels=["job", "outcome"]
+        )
+        seconds = CounterMetricFamily(
+            "ledger_job_duration_seconds", "Time spent in recorded job runs, by job", labels=["job"]
+        )
+        spent: dict[str, Decimal] = {}
+        for total in self._totals:
+            runs.add_metric([total.job, "ok" if total.ok else "failed"], total.runs)
+            spent[total.job] = spent.get(total.job, Decimal(0)) + total.seconds
+        for job, value in sorted(spent.items()):
+            seconds.add_metric([job], float(value))  # a Prometheus sample is float64: export only
+        yield runs
+        yield seconds
+
+
+JOB_RUNS = JobRunsCollector()
+REGISTRY.register(JOB_RUNS)
+if multiprocess_dir() is None:
+    ProcessCollector(registry=REGISTRY)
+    PlatformCollector(registry=REGISTRY)
+
+
+class WorkerProcessesCollector:
+    """The standard `process_*` families for every live serving process, labelled `pid`.
+
+    The pids are those that wrote metric files into the multiprocess folder; a process
+    that has exited (no /proc entry) is left out.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for path in self.folder.glob("*.db"):
+            tail = path.stem.rsplit("_", 1)[-1]
+            if tail.isdigit() and Path(f"/proc/{tail}").exists():
+                found.add(int(tail))
+        return sorted(found)
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for pid in self.pids():
+            reader = ProcessCollector(registry=None, pid=_constant(pid))
+            for family in reader.collect():
+                target = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    target.add_sample(sample.name, {**sample.labels, "pid": str(pid)}, sample.value)
+        yield from merged.values()
+
+
+def _constant(pid: int) -> Callable[[], int]:
+    return lambda: pid
 
 
 def render() -> bytes:
-    return generate_latest(REGISTRY)
+    folder = multiprocess_dir()
+    if folder is None:
+        return generate_latest(REGISTRY)
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    registry.register(JOB_RUNS)
+    registry.register(WorkerProcessesCollector(folder))
+    registry.register(PLATFORM_COLLECTOR)
+    return generate_latest(registry)
+
+
+def mark_process_dead() -> None:
+    """On a serving process's exit in multiprocess mode: drop its live gauge files."""
+    folder = multiprocess_dir()
+    if folder is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid(), folder)  # type: ignore[no-untyped-call]

@@ -63,6 +63,14 @@ class Settings:
     # Seconds between reconcile ticks; 0 means "use reconcile_cron". Embedded mode
     # defaults to 5 so a development server resolves orphaned holds within seconds.
     reconcile_interval_seconds: int = 0
+    # On SIGTERM, in-flight requests get this long to finish (then they are cancelled), and
+    # embedded jobs as long again to stop: a deploy never waits on a slow client.
+    shutdown_grace_seconds: int = 3
+    # `ledger migrate` and `ledger grant-service-role` connect with this URL (the schema
+    # owner); the service connects with `database_url`. None: both use `database_url`.
+    migration_database_url: str | None = None
+    # When set, `ledger migrate` grants this role the service's privileges after upgrading.
+    service_role: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -172,4 +180,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         reconcile_interval_seconds=_int(
             env, "LEDGER_RECONCILE_INTERVAL_SECONDS", 0 if database_url else EMBEDDED_RECONCILE_INTERVAL
         ),
+        shutdown_grace_seconds=_int(env, "LEDGER_SHUTDOWN_GRACE_SECONDS", 3, minimum=0),
+        migration_database_url=(
+            normalize_database_url(env["LEDGER_MIGRATION_DATABASE_URL"])
+            if env.get("LEDGER_MIGRATION_DATABASE_URL")
+            else None
+        ),
+        service_role=env.get("LEDGER_SERVICE_ROLE") or None,
     )

@@ -2,8 +2,8 @@
 
 Each job body opens nothing of its own: it runs on this process's runtime (one
 event loop, one cached engine per database URL), calls a ledger service, records
-its result in `job_runs`, counts itself in `ledger_job_runs_total` and refreshes
-the hold gauges. Every job is idempotent, so a retry, a duplicate tick or a
+its result in `job_runs` (which the API exports as `ledger_job_runs_total`, wherever
+the job ran) and refreshes the hold gauges. Every job is idempotent, so a retry, a duplicate tick or a
 redelivered message is harmless:
 
 - `reconcile`: one `ReconciliationService.run_once` pass (its own run row too);
@@ -36,7 +36,7 @@ from ledger.db import transaction
 from ledger.holds.service import HoldService
 from ledger.integrity import service as integrity
 from ledger.jobs import repository as job_runs
-from ledger.metrics import INTEGRITY_CHECKED_AT, INTEGRITY_OK, JOB_RUNS
+from ledger.metrics import JOB_EVENTS, set_integrity
 from ledger.prices import commands as price_commands
 from ledger.prices.service import PriceService
 from ledger.reconciliation import gauges
@@ -74,18 +74,16 @@ def run_job(ctx: JobContext, job: str, body: Body) -> dict[str, Any]:
     with job_lock(ctx.database_url, job) as acquired:
         if not acquired:
             bound.info("job.skipped", why="its previous run still holds the job lock")
-            JOB_RUNS.labels(job, "skipped").inc()
+            JOB_EVENTS.labels(job, "skipped").inc()
             return {"job": job, "skipped": True}
         started = datetime.now(UTC)
         try:
             ok, summary = runtime().call(ctx.database_url, body)
         except Exception as error:
-            JOB_RUNS.labels(job, "failed").inc()
             bound.error("job.failed", error=f"{type(error).__name__}: {error}")
             _record(ctx, job, started, ok=False, summary={"error": f"{type(error).__name__}: {error}"})
             raise  # Dramatiq's Retries middleware retries it with backoff
         _record(ctx, job, started, ok=ok, summary=summary)
-        JOB_RUNS.labels(job, "ok" if ok else "failed").inc()
         _refresh_gauges(ctx)
         bound.info("job.finished", ok=ok)
         return {"job": job, "skipped": False, "ok": ok, "summary": summary}
@@ -166,8 +164,7 @@ def check_integrity(ctx: JobContext) -> dict[str, Any]:
     async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
         report = await integrity.check(engine)
         ok = bool(report["ok"])
-        INTEGRITY_OK.set(1 if ok else 0)
-        INTEGRITY_CHECKED_AT.set_to_current_time()
+        set_integrity(ok, datetime.now(UTC).timestamp())
         if not ok:
             log.error(
                 "integrity.mismatch",

@@ -9,6 +9,11 @@ Redis and no other process. Defaults suited to development (see
 
 Messages live in memory: a tick that is queued when the process stops is simply
 not run, and the next start's ticks do its work (every job scans the database).
+
+Stopping is bounded (`stop(timeout)`, LEDGER_SHUTDOWN_GRACE_SECONDS from `ledger serve`):
+a job still running after that is abandoned with the process. That is safe because
+every job commits in whole transactions (a reconcile batch, a price version, a
+job_runs row): a connection that closes mid-transaction rolls it back.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from workers.scheduler import LeaderScheduler, enqueuer
 log = structlog.get_logger(__name__)
 
 WORKER_THREADS = 2
-STOP_TIMEOUT_MS = 10_000
+STOP_TIMEOUT_SECONDS = 3.0
 
 
 class EmbeddedJobs:
@@ -58,12 +63,15 @@ class EmbeddedJobs:
             grace_seconds=self.settings.reconcile_grace_seconds,
         )
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """Stop firing, let a running job finish for up to `timeout` seconds in all, then return."""
         if self._scheduler is not None:
-            self._scheduler.stop()
+            self._scheduler.stop(timeout=min(timeout, 1.0))
             self._scheduler = None
         if self._worker is not None:
-            self._worker.stop(timeout=STOP_TIMEOUT_MS)
+            # Dramatiq joins its worker threads, then its consumer threads, each with this
+            # timeout: half of the budget each keeps the whole stop within `timeout`.
+            self._worker.stop(timeout=max(int(timeout * 1000 / 2), 1))
             self._worker = None
-        runtime.shutdown()
+        runtime.shutdown(timeout=timeout)
         log.info("embedded_jobs.stopped")

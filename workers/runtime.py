@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,17 +54,20 @@ class Runtime:
             future.cancel()  # e.g. Dramatiq's TimeLimit interrupted the waiting thread
             raise
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
         async def dispose() -> None:
             for engine in self._engines.values():
                 await engine.dispose()
             self._engines.clear()
 
         if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(dispose(), self._loop).result(timeout=10)
+            # A job still holding a connection past the timeout is abandoned with the daemon loop thread.
+            with suppress(TimeoutError):
+                asyncio.run_coroutine_threadsafe(dispose(), self._loop).result(timeout=timeout)
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        self._loop.close()
+            self._thread.join(timeout=timeout)
+        if not self._loop.is_running():
+            self._loop.close()
 
 
 _lock = threading.Lock()
@@ -79,9 +83,9 @@ def runtime() -> Runtime:
         return _current[1]
 
 
-def shutdown() -> None:
+def shutdown(timeout: float = 10.0) -> None:
     global _current
     with _lock:
         if _current is not None and _current[0] == os.getpid():
-            _current[1].close()
+            _current[1].close(timeout)
         _current = None

@@ -32,7 +32,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from ledger.metrics import JOB_RUNS
+from ledger.metrics import JOB_EVENTS
 from ledger.settings import Settings
 from workers.locks import AdvisoryLock, leader_lock
 
@@ -65,7 +65,7 @@ def enqueuer(actors: Mapping[str, Any]) -> Fire:
         try:
             message = actors[job].send()
         except Exception as error:
-            JOB_RUNS.labels(job, "enqueue_failed").inc()
+            JOB_EVENTS.labels(job, "enqueue_failed").inc()
             log.error("job.enqueue_failed", job=job, error=f"{type(error).__name__}: {error}")
             return
         log.debug("job.enqueued", job=job, message_id=message.message_id)

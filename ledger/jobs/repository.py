@@ -23,6 +23,17 @@ _LATEST = text(
     "WHERE job = :job ORDER BY id DESC LIMIT 1"
 )
 
+_TOTALS = text(
+    "SELECT job, ok, count(*) AS runs,"
+    " coalesce(sum(extract(epoch FROM finished_at - started_at)), 0) AS seconds"
+    " FROM job_runs GROUP BY job, ok ORDER BY job, ok"
+)
+
+
+async def totals(conn: AsyncConnection) -> list[Any]:
+    """Recorded runs and their summed duration (exact numeric seconds), per job and outcome."""
+    return list((await conn.execute(_TOTALS)).all())
+
 
 async def record(
     conn: AsyncConnection,

@@ -2,7 +2,8 @@
 
 Set by the background jobs after each run and by `GET /metrics` at scrape time, so
 the numbers are current wherever the jobs run (in-process or in `ledger worker`);
-at scrape time `ledger_integrity_ok` comes from the last recorded integrity job:
+at scrape time `ledger_integrity_ok` comes from the last recorded integrity job (absent
+while none is recorded) and the job run totals from `job_runs`:
 - `ledger_holds{state}` and `ledger_holds_oldest_age_seconds{state}` for open and
   interrupted holds;
 - `ledger_amount_held{currency}`: the sum of unresolved holds' amounts;
@@ -28,9 +29,10 @@ from ledger.metrics import (
     AMOUNT_HELD,
     HOLDS_OLDEST_AGE,
     HOLDS_OPEN,
-    INTEGRITY_CHECKED_AT,
-    INTEGRITY_OK,
+    JOB_RUNS,
     RECONCILE_LAG,
+    JobTotal,
+    set_integrity,
 )
 from ledger.reconciliation import repository
 
@@ -85,9 +87,12 @@ async def refresh_for_scrape(engine: AsyncEngine, *, grace: int) -> None:
         await refresh(engine, grace=grace)
         async with read_only(engine) as conn:
             last = await job_runs.latest(conn, "check_integrity")
+            totals = await job_runs.totals(conn)
         if last is not None:
-            INTEGRITY_OK.set(1 if last.ok else 0)
-            INTEGRITY_CHECKED_AT.set(last.finished_at.timestamp())
+            set_integrity(bool(last.ok), last.finished_at.timestamp())
+        JOB_RUNS.update(
+            [JobTotal(job=r.job, ok=bool(r.ok), runs=int(r.runs), seconds=Decimal(r.seconds)) for r in totals]
+        )
     except DatabaseUnavailable:
         log.warning("metrics.gauges_stale", why="the database cannot be reached")
 

@@ -187,17 +187,6 @@ class ReconciliationService:
             await repository.insert_run(
                 conn, run_id=run_id, trigger=trigger, actor=actor.identity, grace=self.grace
             )
-            if actor.kind == "admin":  # a person asked for it (API or CLI): the append-only audit log says so
-                await audit.record(
-                    conn,
-                    actor=actor.identity,
-                    role=actor.role,
-                    action="reconciliation.run",
-                    target=str(run_id),
-                    reason=f"{trigger} request",
-                    details={"grace_seconds": self.grace},
-                    request_id=actor.request_id,
-                )
 
         await transaction(self.engine, start)
         bound = log.bind(run_id=str(run_id), trigger=trigger)
@@ -218,10 +207,10 @@ class ReconciliationService:
                 if not batch.items and not batch.gone and not batch.errors:
                     break  # all locked elsewhere: no progress to make now (failed ones are excluded)
         except Exception as error:
-            await self._fail(run_id, tally, error)
+            await self._fail(run_id, tally, error, actor)
             bound.error("reconcile.failed", error=str(error))
             raise
-        summary = await self._finish(run_id, "succeeded", tally)
+        summary = await self._finish(run_id, "succeeded", tally, actor)
         bound.info(
             "reconcile.finished",
             settled=summary["settled"],
@@ -305,13 +294,33 @@ class ReconciliationService:
             released=format_amount(row.released or Decimal(0)),
         )
 
-    async def _finish(self, run_id: UUID, status: str, tally: _Tally) -> dict[str, Any]:
+    async def _finish(self, run_id: UUID, status: str, tally: _Tally, actor: Actor) -> dict[str, Any]:
         errors = [msgspec.to_builtins(e) for e in tally.errors]
 
         async def work(conn: AsyncConnection) -> Any:
-            return await repository.finish_run(
+            row = await repository.finish_run(
                 conn, run_id, status=status, skipped=len(tally.skipped), errors=errors
             )
+            # A person asked for it (API or CLI) and it moved money or failed: the append-only
+            # audit log says so, with the run's totals. An empty pass is only a run row.
+            if actor.kind == "admin" and row is not None and (tally.items or tally.errors):
+                await audit.record(
+                    conn,
+                    actor=actor.identity,
+                    role=actor.role,
+                    action="reconciliation.run",
+                    target=str(run_id),
+                    reason=f"{row.trigger} request",
+                    details={
+                        "grace_seconds": self.grace,
+                        "status": status,
+                        "settled": tally.total.settled,
+                        "released": tally.total.released,
+                        "errors": len(tally.errors),
+                    },
+                    request_id=actor.request_id,
+                )
+            return row
 
         row = await transaction(self.engine, work)
         if row is None:
@@ -319,11 +328,11 @@ class ReconciliationService:
         summary: dict[str, Any] = msgspec.to_builtins(run_view(row))
         return summary
 
-    async def _fail(self, run_id: UUID, tally: _Tally, error: BaseException) -> None:
+    async def _fail(self, run_id: UUID, tally: _Tally, error: BaseException, actor: Actor) -> None:
         """Best effort: the database may be what failed."""
         failed = replace(tally, errors=(*tally.errors, RunError(message=f"{type(error).__name__}: {error}")))
         try:
-            await self._finish(run_id, "failed", failed)
+            await self._finish(run_id, "failed", failed, actor)
         except Exception as finish_error:
             log.error("reconcile.fail_not_recorded", run_id=str(run_id), error=str(finish_error))
 

@@ -256,6 +256,12 @@ def test_runs_are_recorded_listed_and_final(client: TestClient[Any], account: st
 
     audit = client.get("/admin/v1/audit-log", params={"target": first["run_id"]}, headers=auth(VIEWER)).json()
     assert [(e["action"], e["role"]) for e in audit["data"]] == [("reconciliation.run", "finance")]
+    assert audit["data"][0]["details"]["released"] >= 1
+    # An empty pass (nothing resolved, no errors) is a run row only, never an audit entry.
+    empty = api_run(client)
+    assert (empty["settled"], empty["released"], empty["errors"]) == (0, 0, [])
+    audit = client.get("/admin/v1/audit-log", params={"target": empty["run_id"]}, headers=auth(VIEWER)).json()
+    assert audit["data"] == []
 
     r = client.get(f"/admin/v1/reconciliation/runs/{first['run_id']}", headers=auth(VIEWER))
     assert r.status_code == 200 and r.json() == first

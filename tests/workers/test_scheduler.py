@@ -71,7 +71,7 @@ def test_cron_expressions_are_checked_at_start(settings: Any, sa_url: str) -> No
 def test_a_job_whose_previous_run_still_holds_its_lock_skips(
     settings: Any, sa_url: str, database: str
 ) -> None:
-    from ledger.metrics import INTEGRITY_OK
+    from ledger.metrics import integrity_value
     from workers.actors import JobContext, check_integrity
     from workers.locks import job_lock
 
@@ -94,7 +94,7 @@ def test_a_job_whose_previous_run_still_holds_its_lock_skips(
     assert done["skipped"] is False and done["ok"] is True
     assert done["summary"]["ok"] is True and done["summary"]["account_mismatches"] == []
     assert integrity_rows() == before + 1
-    assert INTEGRITY_OK._value.get() == 1
+    assert integrity_value() == 1
 
 
 def test_the_integrity_job_records_a_mismatch_and_says_so(
@@ -104,7 +104,7 @@ def test_the_integrity_job_records_a_mismatch_and_says_so(
     ok=false in job_runs, the gauge at 0, one ERROR log line naming the account."""
     import structlog
 
-    from ledger.metrics import INTEGRITY_OK
+    from ledger.metrics import integrity_value
     from workers.actors import JobContext, check_integrity
 
     def tamper(delta: str) -> None:
@@ -121,7 +121,7 @@ def test_the_integrity_job_records_a_mismatch_and_says_so(
     finally:
         tamper("-1")
     assert result["ok"] is False
-    assert INTEGRITY_OK._value.get() == 0
+    assert integrity_value() == 0
     mismatch = {
         "account_id": account,
         "balance": "2",
@@ -140,7 +140,7 @@ def test_the_integrity_job_records_a_mismatch_and_says_so(
     assert row == (False, [mismatch])
     # Repaired, the next check passes and puts the gauge back.
     assert check_integrity(JobContext(settings, sa_url))["ok"] is True
-    assert INTEGRITY_OK._value.get() == 1
+    assert integrity_value() == 1
 
 
 def test_the_reconcile_job_records_its_run_and_refreshes_the_gauges(

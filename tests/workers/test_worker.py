@@ -51,7 +51,7 @@ def test_ledger_worker_runs_an_enqueued_reconcile(
     private_redis: PrivateRedis,
     tmp_path: Path,
 ) -> None:
-    from ledger.metrics import JOB_RUNS
+    from ledger.metrics import JOB_EVENTS
     from workers.actors import JobContext, register_actors
     from workers.broker import forget_broker, setup_broker
     from workers.scheduler import enqueuer
@@ -106,9 +106,9 @@ def test_ledger_worker_runs_an_enqueued_reconcile(
 
         # Redis goes away: the scheduler's enqueue is logged and counted, never raised.
         private_redis.stop()
-        before = JOB_RUNS.labels("reconcile", "enqueue_failed")._value.get()
+        before = JOB_EVENTS.labels("reconcile", "enqueue_failed")._value.get()
         enqueuer(actors)("reconcile")
-        assert JOB_RUNS.labels("reconcile", "enqueue_failed")._value.get() == before + 1
+        assert JOB_EVENTS.labels("reconcile", "enqueue_failed")._value.get() == before + 1
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
