@@ -12,6 +12,8 @@ from ledger.errors import InvalidJson
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.request import actor_of
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import BODY, GUARDED, refusals
 from ledger.prices.schemas import ChargeQuote, PriceVersion, QuoteRequest, ReservationQuote
 from ledger.prices.service import PriceService
 from ledger.schemas import Page
@@ -25,6 +27,7 @@ def service(request: Request[Any, Any, Any]) -> PriceService:
 class AdminPriceController(Controller):
     path = "/admin/v1"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: prices"]
 
     @post(
@@ -32,7 +35,8 @@ class AdminPriceController(Controller):
         opt={"role": "finance"},
         status_code=201,
         summary="Publish a price document as a new immutable version",
-        description="Body: a price document (see the contract). Rates are decimal strings.",
+        description="Body: a price document (docs/api.md, Prices). Rates are decimal strings.",
+        responses=refusals(GUARDED, BODY),
     )
     async def publish(self, request: Request[Any, Any, Any]) -> PriceVersion:
         raw = await request.body()
@@ -42,7 +46,7 @@ class AdminPriceController(Controller):
             raise InvalidJson(f"request body is not valid JSON: {error}") from error
         return await service(request).publish_raw(raw, actor_of(request))
 
-    @get("/price-versions", summary="Price versions, newest first")
+    @get("/price-versions", summary="Price versions, newest first", responses=refusals(GUARDED))
     async def list_versions(
         self,
         request: Request[Any, Any, Any],
@@ -52,11 +56,20 @@ class AdminPriceController(Controller):
         data, next_cursor = await service(request).list(cursor=cursor, limit=limit)
         return Page(data=data, next_cursor=next_cursor)
 
-    @get("/price-versions/{version:str}", summary="One price version with its document")
+    @get(
+        "/price-versions/{version:str}",
+        summary="One price version with its document",
+        responses=refusals(GUARDED, 404),
+    )
     async def get_version(self, request: Request[Any, Any, Any], version: str) -> PriceVersion:
         return await service(request).get(version)
 
-    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    @post(
+        "/quotes",
+        status_code=200,
+        summary="Price a usage or size a reservation (no balance touched)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
     ) -> ChargeQuote | ReservationQuote:
@@ -66,9 +79,15 @@ class AdminPriceController(Controller):
 class GatewayQuoteController(Controller):
     path = "/v1"
     guards = [gateway_guard]
+    security = SECURITY
     tags = ["gateway"]
 
-    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    @post(
+        "/quotes",
+        status_code=200,
+        summary="Price a usage or size a reservation (no balance touched)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
     ) -> ChargeQuote | ReservationQuote:
