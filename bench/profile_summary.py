@@ -34,13 +34,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The repository's own folder, wherever it is checked out, so frames read "ledger/holds/service.py".
+_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 _SITE = re.compile(r"\((?:[^()]*/)?(?:site-packages|lib/python3\.\d+)/")
 
 
 def short_frame(frame: str) -> str:
     """``select (/usr/lib/python3.11/selectors.py)`` -> ``select (selectors.py)``; work tree made relative."""
     frame = _SITE.sub("(", frame)
-    return frame.replace("/work/main/", "")
+    return frame.replace(_ROOT, "")
 
 
 def read_stacks(path: Path, thread: str | None = "MainThread") -> list[tuple[list[str], int]]:

@@ -12,8 +12,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 
 from ledger import __version__
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
@@ -24,6 +22,8 @@ from ledger.holds.service import HoldService
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.middleware import request_context_middleware
+from ledger.openapi import assets_router, finish
+from ledger.openapi import config as openapi_config
 from ledger.ops.controller import AdminOpsController, HealthController
 from ledger.prices.controller import AdminPriceController, GatewayQuoteController
 from ledger.prices.service import PriceService
@@ -68,19 +68,22 @@ def create_app(
         finally:
             await engine.dispose()
 
-    return Litestar(
-        route_handlers=CONTROLLERS,
+    app = Litestar(
+        route_handlers=[*CONTROLLERS, assets_router()],
         lifespan=[lifespan],
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         exception_handlers={Exception: handle_exception},
         middleware=[request_context_middleware],
-        openapi_config=OpenAPIConfig(
+        openapi_config=openapi_config(
             title="ledger",
             version=__version__,
-            description="Billing and wallet ledger behind the LLM API gateway. Amounts are decimal strings.",
-            path="/schema",
-            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+            description="Billing and wallet ledger behind the LLM API gateway. Amounts are decimal strings; "
+            "the API and billing rules are described in docs/api.md.",
         ),
         debug=False,
     )
+    # Built once here (not on the first /schema request) so that a shape that no longer
+    # matches the handlers fails at start, and the document is served already complete.
+    finish(app.openapi_schema)
+    return app

@@ -20,6 +20,8 @@ from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.request import actor_of
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.schemas import Page, as_utc
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
@@ -34,22 +36,31 @@ def service(request: Request[Any, Any, Any]) -> AccountService:
 class AdminAccountController(Controller):
     path = "/admin/v1/accounts"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: accounts"]
 
-    @post("/", opt={"role": "finance"}, status_code=201, summary="Open an account")
+    @post(
+        "/",
+        opt={"role": "finance"},
+        status_code=201,
+        summary="Open an account",
+        responses=refusals(GUARDED, BODY, 409),
+    )
     async def create(self, request: Request[Any, Any, Any], data: CreateAccount) -> Account:
         data = await read(request, CreateAccount)
         return await service(request).create(data, actor_of(request))
 
-    @get("/", summary="List accounts (by id, cursor-paginated)")
+    @get("/", summary="List accounts (by id, cursor-paginated)", responses=refusals(GUARDED))
     async def list_accounts(self, request: Request[Any, Any, Any], limit: Limit, cursor: Cursor) -> Page:
         return await service(request).list(cursor=cursor, limit=limit)
 
-    @get("/{account_id:str}", summary="Get an account")
+    @get("/{account_id:str}", summary="Get an account", responses=refusals(GUARDED, 404))
     async def get_account(self, request: Request[Any, Any, Any], account_id: str) -> Account:
         return await service(request).get(account_id)
 
-    @get("/{account_id:str}/balance", summary="Balance now, or as of a time")
+    @get(
+        "/{account_id:str}/balance", summary="Balance now, or as of a time", responses=refusals(GUARDED, 404)
+    )
     async def balance(
         self,
         request: Request[Any, Any, Any],
@@ -58,7 +69,13 @@ class AdminAccountController(Controller):
     ) -> Balance:
         return await service(request).balance(account_id, as_utc(as_of) if as_of else None)
 
-    @post("/{account_id:str}/deposits", opt={"role": "finance"}, summary="Deposit (idempotent)")
+    @post(
+        "/{account_id:str}/deposits",
+        opt={"role": "finance"},
+        status_code=201,
+        summary="Deposit (idempotent)",
+        responses={**replay(Movement), **refusals(GUARDED, BODY, 404, 409)},
+    )
     async def deposit(
         self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest
     ) -> Response[Movement]:
@@ -66,7 +83,13 @@ class AdminAccountController(Controller):
         movement, created = await service(request).deposit(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
-    @post("/{account_id:str}/adjustments", opt={"role": "finance"}, summary="Adjust (signed, with reason)")
+    @post(
+        "/{account_id:str}/adjustments",
+        opt={"role": "finance"},
+        status_code=201,
+        summary="Adjust (signed, with reason)",
+        responses={**replay(Movement), **refusals(GUARDED, BODY, 404, 409)},
+    )
     async def adjust(
         self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest
     ) -> Response[Movement]:
@@ -74,7 +97,11 @@ class AdminAccountController(Controller):
         movement, created = await service(request).adjust(account_id, data, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
-    @get("/{account_id:str}/transactions", summary="The account's journal, newest first")
+    @get(
+        "/{account_id:str}/transactions",
+        summary="The account's journal, newest first",
+        responses=refusals(GUARDED, 404),
+    )
     async def transactions(
         self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
     ) -> Page:
@@ -84,8 +111,9 @@ class AdminAccountController(Controller):
 class GatewayAccountController(Controller):
     path = "/v1/accounts"
     guards = [gateway_guard]
+    security = SECURITY
     tags = ["gateway"]
 
-    @get("/{account_id:str}/balance", summary="Balance, held, available")
+    @get("/{account_id:str}/balance", summary="Balance, held, available", responses=refusals(GUARDED, 404))
     async def balance(self, request: Request[Any, Any, Any], account_id: str) -> Balance:
         return await service(request).balance(account_id)

@@ -20,6 +20,8 @@ from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.request import actor_of
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.schemas import Page
 
 HoldState = Literal["open", "interrupted", "settled", "released"]
@@ -33,24 +35,44 @@ def service(request: Request[Any, Any, Any]) -> HoldService:
 class GatewayHoldController(Controller):
     path = "/v1/holds"
     guards = [gateway_guard]
+    security = SECURITY
     tags = ["gateway: holds"]
 
-    @post("/", summary="Reserve credit for a request's worst case (idempotent)")
+    @post(
+        "/",
+        status_code=201,
+        summary="Reserve credit for a request's worst case (idempotent)",
+        responses={**replay(Hold), **refusals(GUARDED, BODY, 402, 404, 409)},
+    )
     async def reserve(self, request: Request[Any, Any, Any], data: ReserveRequest) -> Response[Hold]:
         data = await read(request, ReserveRequest)
         hold, created = await service(request).reserve(data, actor_of(request))
         return Response(hold, status_code=201 if created else 200)
 
-    @get("/{hold_id:str}", summary="A hold with its state, amounts, pinned price version, usage and charge")
+    @get(
+        "/{hold_id:str}",
+        summary="A hold with its state, amounts, pinned price version, usage and charge",
+        responses=refusals(GUARDED, 404),
+    )
     async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
         return await service(request).get(hold_id)
 
-    @post("/{hold_id:str}/usage", status_code=200, summary="Streaming checkpoint: cumulative usage so far")
+    @post(
+        "/{hold_id:str}/usage",
+        status_code=200,
+        summary="Streaming checkpoint: cumulative usage so far",
+        responses=refusals(GUARDED, BODY, 404, 409),
+    )
     async def checkpoint(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
         data = await read(request, UsageRequest)
         return await service(request).checkpoint(hold_id, data.usage, actor_of(request))
 
-    @post("/{hold_id:str}/settle", status_code=200, summary="Final usage: charge it, release the rest")
+    @post(
+        "/{hold_id:str}/settle",
+        status_code=200,
+        summary="Final usage: charge it, release the rest",
+        responses=refusals(GUARDED, BODY, 404, 409),
+    )
     async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: UsageRequest) -> Hold:
         data = await read(request, UsageRequest)
         return await service(request).settle(hold_id, data.usage, actor_of(request))
@@ -59,6 +81,7 @@ class GatewayHoldController(Controller):
         "/{hold_id:str}/interrupt",
         status_code=200,
         summary="The stream broke; keep the hold, record usage seen",
+        responses=refusals(GUARDED, BODY, 404, 409),
     )
     async def interrupt(
         self, request: Request[Any, Any, Any], hold_id: str, data: InterruptRequest | None = None
@@ -66,7 +89,12 @@ class GatewayHoldController(Controller):
         body = await read(request, InterruptRequest, optional=True)
         return await service(request).interrupt(hold_id, body.usage, actor_of(request))
 
-    @post("/{hold_id:str}/release", status_code=200, summary="Nothing was produced: release in full")
+    @post(
+        "/{hold_id:str}/release",
+        status_code=200,
+        summary="Nothing was produced: release in full",
+        responses=refusals(GUARDED, 404, 409),
+    )
     async def release(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
         return await service(request).release(hold_id, actor_of(request))
 
@@ -74,9 +102,10 @@ class GatewayHoldController(Controller):
 class AdminHoldController(Controller):
     path = "/admin/v1/holds"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: holds"]
 
-    @get("/", summary="Holds by state, account and age (oldest first)")
+    @get("/", summary="Holds by state, account and age (oldest first)", responses=refusals(GUARDED))
     async def list_holds(
         self,
         request: Request[Any, Any, Any],
@@ -96,7 +125,7 @@ class AdminHoldController(Controller):
         )
         return Page(data=data, next_cursor=next_cursor)
 
-    @get("/{hold_id:str}", summary="One hold")
+    @get("/{hold_id:str}", summary="One hold", responses=refusals(GUARDED, 404))
     async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
         return await service(request).get(hold_id)
 
@@ -105,6 +134,7 @@ class AdminHoldController(Controller):
         opt={"role": "finance"},
         status_code=200,
         summary="Force settle with given usage, or the largest seen (reason required)",
+        responses=refusals(GUARDED, BODY, 404, 409),
     )
     async def settle(self, request: Request[Any, Any, Any], hold_id: str, data: AdminSettleRequest) -> Hold:
         data = await read(request, AdminSettleRequest)
@@ -115,6 +145,7 @@ class AdminHoldController(Controller):
         opt={"role": "finance"},
         status_code=200,
         summary="Force release in full (reason required)",
+        responses=refusals(GUARDED, BODY, 404, 409),
     )
     async def release(self, request: Request[Any, Any, Any], hold_id: str, data: AdminReleaseRequest) -> Hold:
         data = await read(request, AdminReleaseRequest)

@@ -15,6 +15,8 @@ from ledger.errors import DatabaseUnavailable
 from ledger.http.auth import admin_guard
 from ledger.integrity import service as integrity
 from ledger.metrics import render
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import GUARDED, refusals
 from ledger.reconciliation import gauges
 from ledger.schemas import Page, iso
 
@@ -32,7 +34,11 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz", summary="Database reachable and migrations at head")
+    @get(
+        "/readyz",
+        summary="Database reachable and migrations at head",
+        responses=refusals(503, notes={503: "`database_unavailable` or `migrations_pending`"}),
+    )
     async def readyz(self, request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         head = head_revision()
         try:
@@ -61,7 +67,12 @@ class HealthController(Controller):
             return Response(body, status_code=503)
         return Response({"status": "ready", "database": "ok", "revision": current})
 
-    @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
+    @get(
+        "/metrics",
+        summary="Prometheus metrics",
+        media_type="text/plain; version=0.0.4",
+        responses=refusals(503, notes={503: "`database_unavailable`: the gauges cannot be read"}),
+    )
     async def metrics(self, request: Request[Any, Any, Any]) -> bytes:
         grace = request.app.state.settings.reconcile_grace_seconds
         await gauges.refresh_for_scrape(engine_of(request), grace=grace)
@@ -71,13 +82,18 @@ class HealthController(Controller):
 class AdminOpsController(Controller):
     path = "/admin/v1"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: operations"]
 
-    @get("/integrity", summary="Recompute every balance and check the journal sums to zero")
+    @get(
+        "/integrity",
+        summary="Recompute every balance and check the journal sums to zero",
+        responses=refusals(GUARDED),
+    )
     async def integrity(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
         return await integrity.check(engine_of(request))
 
-    @get("/audit-log", summary="The audit log, newest first")
+    @get("/audit-log", summary="The audit log, newest first", responses=refusals(GUARDED))
     async def audit_log(
         self,
         request: Request[Any, Any, Any],

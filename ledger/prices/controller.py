@@ -12,6 +12,8 @@ from ledger.errors import InvalidJson
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.request import actor_of
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.prices.schemas import ChargeQuote, PriceVersion, QuoteRequest, ReservationQuote
 from ledger.prices.service import PriceService
 from ledger.schemas import Page
@@ -25,6 +27,7 @@ def service(request: Request[Any, Any, Any]) -> PriceService:
 class AdminPriceController(Controller):
     path = "/admin/v1"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: prices"]
 
     @post(
@@ -33,12 +36,16 @@ class AdminPriceController(Controller):
         status_code=201,
         summary="Publish a price document as a new immutable version",
         description=(
-            "Body: a price document (see the contract; rates are decimal strings), plus an optional "
+            "Body: a price document (docs/api.md, Prices; rates are decimal strings), plus an optional "
             '`"replace": true` that allows the document to drop models the active version prices. '
             "201 with `created: true` for a new version; 200 with `created: false` and the existing "
             "version when its content is the newest version's already. `active` says whether the "
             "version is the one active now for its currency."
         ),
+        responses={
+            **replay(PriceVersion, "content equal to the newest version: that version, `created: false`"),
+            **refusals(GUARDED, BODY),
+        },
     )
     async def publish(self, request: Request[Any, Any, Any]) -> Response[PriceVersion]:
         raw = await request.body()
@@ -49,7 +56,7 @@ class AdminPriceController(Controller):
         version = await service(request).publish_raw(raw, actor_of(request))
         return Response(version, status_code=201 if version.created else 200)
 
-    @get("/price-versions", summary="Price versions, newest first")
+    @get("/price-versions", summary="Price versions, newest first", responses=refusals(GUARDED))
     async def list_versions(
         self,
         request: Request[Any, Any, Any],
@@ -59,11 +66,20 @@ class AdminPriceController(Controller):
         data, next_cursor = await service(request).list(cursor=cursor, limit=limit)
         return Page(data=data, next_cursor=next_cursor)
 
-    @get("/price-versions/{version:str}", summary="One price version with its document")
+    @get(
+        "/price-versions/{version:str}",
+        summary="One price version with its document",
+        responses=refusals(GUARDED, 404),
+    )
     async def get_version(self, request: Request[Any, Any, Any], version: str) -> PriceVersion:
         return await service(request).get(version)
 
-    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    @post(
+        "/quotes",
+        status_code=200,
+        summary="Price a usage or size a reservation (no balance touched)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
     ) -> ChargeQuote | ReservationQuote:
@@ -73,9 +89,15 @@ class AdminPriceController(Controller):
 class GatewayQuoteController(Controller):
     path = "/v1"
     guards = [gateway_guard]
+    security = SECURITY
     tags = ["gateway"]
 
-    @post("/quotes", status_code=200, summary="Price a usage or size a reservation (no balance touched)")
+    @post(
+        "/quotes",
+        status_code=200,
+        summary="Price a usage or size a reservation (no balance touched)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
     ) -> ChargeQuote | ReservationQuote:
