@@ -29,6 +29,8 @@ from ledger.prices.controller import AdminPriceController, GatewayQuoteControlle
 from ledger.prices.service import PriceService
 from ledger.reconciliation.controller import AdminReconciliationController
 from ledger.reconciliation.service import ReconciliationService
+from ledger.reports.controller import AdminReportController
+from ledger.reports.service import ReportService
 from ledger.settings import Settings
 
 CONTROLLERS: list[Any] = [
@@ -41,6 +43,7 @@ CONTROLLERS: list[Any] = [
     GatewayHoldController,
     AdminHoldController,
     AdminReconciliationController,
+    AdminReportController,
 ]
 
 
@@ -63,6 +66,7 @@ def create_app(
         app.state.prices = PriceService(engine)
         app.state.holds = HoldService(engine, app.state.prices, settings)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
+        app.state.reports = ReportService(engine)
         try:
             yield
         finally:

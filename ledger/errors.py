@@ -36,6 +36,12 @@ class Forbidden(LedgerError):
     status, code, type = 403, "forbidden", "permission_error"
 
 
+class AccountFrozen(Forbidden):
+    """The account is frozen: it takes no new reservations (settles, releases, deposits still apply)."""
+
+    code = "account_frozen"
+
+
 class InsufficientFunds(LedgerError):
     status, code, type = 402, "insufficient_funds", "insufficient_funds"
 

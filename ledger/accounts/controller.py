@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, Response, get, patch, post
 from litestar.params import Parameter
 
 from ledger.accounts.schemas import (
@@ -14,7 +14,9 @@ from ledger.accounts.schemas import (
     Balance,
     CreateAccount,
     DepositRequest,
+    FreezeRequest,
     Movement,
+    UpdateAccount,
 )
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
@@ -50,13 +52,57 @@ class AdminAccountController(Controller):
         data = await read(request, CreateAccount)
         return await service(request).create(data, actor_of(request))
 
-    @get("/", summary="List accounts (by id, cursor-paginated)", responses=refusals(GUARDED))
-    async def list_accounts(self, request: Request[Any, Any, Any], limit: Limit, cursor: Cursor) -> Page:
-        return await service(request).list(cursor=cursor, limit=limit)
+    @get(
+        "/",
+        summary="List accounts (by id, cursor-paginated); ?below_zero=true: balance < 0 only",
+        responses=refusals(GUARDED),
+    )
+    async def list_accounts(
+        self,
+        request: Request[Any, Any, Any],
+        limit: Limit,
+        cursor: Cursor,
+        below_zero: Annotated[bool, Parameter(default=False)],
+    ) -> Page:
+        return await service(request).list(cursor=cursor, limit=limit, below_zero=below_zero)
 
     @get("/{account_id:str}", summary="Get an account", responses=refusals(GUARDED, 404))
     async def get_account(self, request: Request[Any, Any, Any], account_id: str) -> Account:
         return await service(request).get(account_id)
+
+    @patch(
+        "/{account_id:str}",
+        opt={"role": "finance"},
+        summary="Set credit limit and/or metadata (with reason)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
+    async def update(self, request: Request[Any, Any, Any], account_id: str, data: UpdateAccount) -> Account:
+        data = await read(request, UpdateAccount)
+        return await service(request).update(account_id, data, actor_of(request))
+
+    @post(
+        "/{account_id:str}/freeze",
+        opt={"role": "finance"},
+        status_code=200,
+        summary="Freeze: refuse new reservations (idempotent)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
+    async def freeze(self, request: Request[Any, Any, Any], account_id: str, data: FreezeRequest) -> Account:
+        data = await read(request, FreezeRequest)
+        return await service(request).freeze(account_id, data, actor_of(request))
+
+    @post(
+        "/{account_id:str}/unfreeze",
+        opt={"role": "finance"},
+        status_code=200,
+        summary="Unfreeze (idempotent)",
+        responses=refusals(GUARDED, BODY, 404),
+    )
+    async def unfreeze(
+        self, request: Request[Any, Any, Any], account_id: str, data: FreezeRequest
+    ) -> Account:
+        data = await read(request, FreezeRequest)
+        return await service(request).unfreeze(account_id, data, actor_of(request))
 
     @get(
         "/{account_id:str}/balance", summary="Balance now, or as of a time", responses=refusals(GUARDED, 404)

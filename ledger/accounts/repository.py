@@ -1,4 +1,8 @@
-"""Every SQL statement of the accounts domain."""
+"""Every SQL statement of the accounts domain.
+
+Direct updates of an account row may change only `credit_limit`, `metadata` and the
+freeze (`frozen_at`, `frozen_reason`); the database refuses anything else (0011's guard).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_COLUMNS = "id, currency, credit_limit, balance, held, metadata, created_at"
+_COLUMNS = "id, currency, credit_limit, balance, held, metadata, created_at, frozen_at, frozen_reason"
 
 _INSERT = text(
     f"INSERT INTO accounts (id, kind, currency, credit_limit, metadata) "
@@ -18,8 +22,24 @@ _INSERT = text(
 )
 _GET = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer'")
 _LOCK = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer' FOR UPDATE")
+# `below_zero`: no index on balance on purpose (an index on a column that every posting
+# updates would end HOT updates of the account row on the hot path); this walks the
+# primary key and filters, which is fine for an admin list.
 _LIST = text(
-    f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after ORDER BY id LIMIT :limit"
+    f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after "
+    "AND (NOT CAST(:below_zero AS boolean) OR balance < 0) ORDER BY id LIMIT :limit"
+)
+_UPDATE_TERMS = text(
+    f"UPDATE accounts SET credit_limit = :credit_limit, metadata = CAST(:metadata AS jsonb) "
+    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
+)
+_FREEZE = text(
+    f"UPDATE accounts SET frozen_at = now(), frozen_reason = :reason "
+    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
+)
+_UNFREEZE = text(
+    f"UPDATE accounts SET frozen_at = NULL, frozen_reason = NULL "
+    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
 )
 
 
@@ -44,5 +64,26 @@ async def lock(conn: AsyncConnection, account_id: str) -> Any | None:
     return (await conn.execute(_LOCK, {"id": account_id})).first()
 
 
-async def list_page(conn: AsyncConnection, *, after: str, limit: int) -> list[Any]:
-    return list((await conn.execute(_LIST, {"after": after, "limit": limit})).all())
+async def list_page(conn: AsyncConnection, *, after: str, limit: int, below_zero: bool = False) -> list[Any]:
+    params = {"after": after, "limit": limit, "below_zero": below_zero}
+    return list((await conn.execute(_LIST, params)).all())
+
+
+async def update_terms(
+    conn: AsyncConnection, account_id: str, *, credit_limit: Decimal, metadata: dict[str, Any]
+) -> Any:
+    """Set the credit limit and metadata of a locked account; returns the new row."""
+    params = {
+        "id": account_id,
+        "credit_limit": credit_limit,
+        "metadata": msgspec.json.encode(metadata).decode(),
+    }
+    return (await conn.execute(_UPDATE_TERMS, params)).one()
+
+
+async def freeze(conn: AsyncConnection, account_id: str, *, reason: str) -> Any:
+    return (await conn.execute(_FREEZE, {"id": account_id, "reason": reason})).one()
+
+
+async def unfreeze(conn: AsyncConnection, account_id: str) -> Any:
+    return (await conn.execute(_UNFREEZE, {"id": account_id})).one()

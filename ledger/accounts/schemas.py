@@ -34,6 +34,18 @@ class AdjustmentRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     reason: Reason
 
 
+class UpdateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """PATCH: the fields given are set (metadata is replaced whole); `reason` is required."""
+
+    reason: Reason
+    credit_limit: AmountText | msgspec.UnsetType = msgspec.UNSET
+    metadata: Metadata | msgspec.UnsetType = msgspec.UNSET
+
+
+class FreezeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    reason: Reason
+
+
 class Account(msgspec.Struct, frozen=True):
     account_id: str
     currency: str
@@ -43,6 +55,9 @@ class Account(msgspec.Struct, frozen=True):
     available: str
     metadata: Metadata
     created_at: str
+    frozen: bool = False
+    frozen_at: str | None = None
+    frozen_reason: str | None = None
 
 
 class Balance(msgspec.Struct, frozen=True):

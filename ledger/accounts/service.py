@@ -1,8 +1,13 @@
-"""Accounts: open, read, fund (deposits), correct (adjustments), and read the journal.
+"""Accounts: open, read, fund (deposits), correct (adjustments), control, read the journal.
 
 Every money movement: lock the account row, check the idempotency key, post one
 balanced journal transaction, remember the key, write the audit record, commit:
 all in one database transaction, so a refused or failed request changes nothing.
+
+Controls (credit limit and metadata changes, freeze, unfreeze) lock the account row
+too, so they serialize with every posting; each change is audit-logged with what it
+was before and after. A control that would change nothing (the same values, freezing
+a frozen account) writes nothing and answers the account as it is.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from ledger.accounts.schemas import (
     Balance,
     CreateAccount,
     DepositRequest,
+    FreezeRequest,
     JournalTransaction,
     Leg,
     Movement,
+    UpdateAccount,
 )
 from ledger.audit import repository as audit
 from ledger.context import Actor
@@ -38,6 +45,8 @@ from ledger.schemas import MAX_METADATA_BYTES, Page, iso
 from pricing.money import AmountError, format_amount, parse_amount
 
 MONEY_SCOPE = "money"
+# NUMERIC(38, 12) holds |x| < 10^26: refuse larger limits as a 422, not a database error.
+MAX_CREDIT_LIMIT = Decimal(10) ** 26
 
 
 def parse_money(value: str, *, param: str) -> Decimal:
@@ -58,6 +67,9 @@ def account_view(row: Any) -> Account:
         available=format_amount(available),
         metadata=row.metadata,
         created_at=iso(row.created_at),
+        frozen=row.frozen_at is not None,
+        frozen_at=iso(row.frozen_at) if row.frozen_at else None,
+        frozen_reason=row.frozen_reason,
     )
 
 
@@ -71,6 +83,21 @@ def balance_view(row: Any) -> Balance:
         available=account.available,
         credit_limit=account.credit_limit,
     )
+
+
+def parse_credit_limit(value: str) -> Decimal:
+    credit_limit = parse_money(value, param="credit_limit")
+    if credit_limit < 0:
+        raise ValidationFailed("credit_limit must not be negative", param="credit_limit")
+    if credit_limit >= MAX_CREDIT_LIMIT:
+        raise ValidationFailed("credit_limit must be below 10^26", param="credit_limit")
+    return credit_limit
+
+
+def check_reason(reason: str) -> str:
+    if not reason.strip():
+        raise ValidationFailed("reason must not be blank", param="reason")
+    return reason
 
 
 def check_metadata(metadata: dict[str, Any]) -> None:
@@ -90,9 +117,7 @@ class AccountService:
         self.engine = engine
 
     async def create(self, body: CreateAccount, actor: Actor) -> Account:
-        credit_limit = parse_money(body.credit_limit, param="credit_limit")
-        if credit_limit < 0:
-            raise ValidationFailed("credit_limit must not be negative", param="credit_limit")
+        credit_limit = parse_credit_limit(body.credit_limit)
         if body.account_id.startswith("system:"):
             raise ValidationFailed("account ids starting with 'system:' are reserved", param="account_id")
         check_metadata(body.metadata)
@@ -147,12 +172,99 @@ class AccountService:
             as_of=iso(as_of),
         )
 
-    async def list(self, *, cursor: str | None, limit: int) -> Page:
+    async def list(self, *, cursor: str | None, limit: int, below_zero: bool = False) -> Page:
         async with read_only(self.engine) as conn:
-            rows = await repository.list_page(conn, after=cursor or "", limit=limit + 1)
+            rows = await repository.list_page(
+                conn, after=cursor or "", limit=limit + 1, below_zero=below_zero
+            )
         more = len(rows) > limit
         rows = rows[:limit]
         return Page(data=[account_view(r) for r in rows], next_cursor=rows[-1].id if more and rows else None)
+
+    # --- controls --------------------------------------------------------------------
+
+    async def update(self, account_id: str, body: UpdateAccount, actor: Actor) -> Account:
+        """Set the credit limit and/or replace the metadata.
+
+        A credit limit below what is held is allowed: it only lowers `available` (maybe
+        below zero), so further reservations are refused until holds settle or release;
+        nothing already held is taken back.
+        """
+        reason = check_reason(body.reason)
+        if body.credit_limit is msgspec.UNSET and body.metadata is msgspec.UNSET:
+            raise ValidationFailed("give credit_limit, metadata or both", param="credit_limit")
+        new_limit = None if body.credit_limit is msgspec.UNSET else parse_credit_limit(body.credit_limit)
+        new_metadata = None if body.metadata is msgspec.UNSET else body.metadata
+        if new_metadata is not None:
+            check_metadata(new_metadata)
+
+        async def work(conn: AsyncConnection) -> Account:
+            row = await require_locked(conn, account_id)
+            limit = row.credit_limit if new_limit is None else new_limit
+            metadata = row.metadata if new_metadata is None else new_metadata
+            before: dict[str, Any] = {}
+            after: dict[str, Any] = {}
+            if limit != row.credit_limit:
+                before["credit_limit"], after["credit_limit"] = (
+                    format_amount(row.credit_limit),
+                    format_amount(limit),
+                )
+            if metadata != row.metadata:
+                before["metadata"], after["metadata"] = row.metadata, metadata
+            if not after:
+                return account_view(row)
+            updated = await repository.update_terms(conn, account_id, credit_limit=limit, metadata=metadata)
+            await audit.record(
+                conn,
+                actor=actor.identity,
+                role=actor.role,
+                action="account.update",
+                target=account_id,
+                reason=reason,
+                details={"before": before, "after": after},
+                request_id=actor.request_id,
+            )
+            return account_view(updated)
+
+        return await transaction(self.engine, work)
+
+    async def freeze(self, account_id: str, body: FreezeRequest, actor: Actor) -> Account:
+        """Freeze: new reservations are refused (403 account_frozen); everything else applies.
+
+        The reserve statement reads `frozen_at` from the account row it locks, so a
+        reserve waiting on this lock sees the freeze once it commits.
+        """
+        return await self._set_frozen(account_id, check_reason(body.reason), actor, frozen=True)
+
+    async def unfreeze(self, account_id: str, body: FreezeRequest, actor: Actor) -> Account:
+        return await self._set_frozen(account_id, check_reason(body.reason), actor, frozen=False)
+
+    async def _set_frozen(self, account_id: str, reason: str, actor: Actor, *, frozen: bool) -> Account:
+        async def work(conn: AsyncConnection) -> Account:
+            row = await require_locked(conn, account_id)
+            if (row.frozen_at is not None) == frozen:
+                return account_view(row)  # already so: idempotent, nothing recorded
+            if frozen:
+                updated = await repository.freeze(conn, account_id, reason=reason)
+                details: dict[str, Any] = {"frozen_at": iso(updated.frozen_at)}
+            else:
+                updated = await repository.unfreeze(conn, account_id)
+                details = {"frozen_at": iso(row.frozen_at), "frozen_reason": row.frozen_reason}
+            await audit.record(
+                conn,
+                actor=actor.identity,
+                role=actor.role,
+                action="account.freeze" if frozen else "account.unfreeze",
+                target=account_id,
+                reason=reason,
+                details=details,
+                request_id=actor.request_id,
+            )
+            return account_view(updated)
+
+        return await transaction(self.engine, work)
+
+    # --- money movements -----------------------------------------------------------
 
     async def deposit(self, account_id: str, body: DepositRequest, actor: Actor) -> tuple[Movement, bool]:
         amount = parse_money(body.amount, param="amount")
@@ -174,8 +286,7 @@ class AccountService:
         amount = parse_money(body.amount, param="amount")
         if amount == 0:
             raise ValidationFailed("an adjustment amount must not be zero", param="amount")
-        if not body.reason.strip():
-            raise ValidationFailed("reason must not be blank", param="reason")
+        check_reason(body.reason)
         return await self._move(
             account_id,
             kind="adjustment",

@@ -35,13 +35,14 @@ _ACTIVE_VERSION = text(
 # COMMIT). The account row is locked first (FOR UPDATE; after a wait PostgreSQL re-reads
 # it, so the funds check sees the latest balance). The hold and its journal transaction
 # are written only if: no hold has this idempotency key, the price version the caller
-# sized the reservation with is still the active one (or was pinned), and available
-# covers the amount. Otherwise nothing is written and the row says why. A concurrent
+# sized the reservation with is still the active one (or was pinned), the account is not
+# frozen (read from the locked row, so a freeze that commits while this waits is seen),
+# and available covers the amount. Otherwise nothing is written and the row says why. A concurrent
 # duplicate key (the key lookup can be stale after a lock wait) fails on the unique
 # index and is retried by the caller.
 _RESERVE_HEAD = f"""
     WITH a AS (
-      SELECT id, currency, balance, held, credit_limit FROM accounts
+      SELECT id, currency, balance, held, credit_limit, frozen_at FROM accounts
        WHERE id = :account_id AND kind = 'customer' FOR UPDATE
     ), v AS (
       SELECT (SELECT pv.version FROM price_versions pv
@@ -55,6 +56,7 @@ _RESERVE_HEAD = f"""
       SELECT a.id FROM a, v
        WHERE NOT EXISTS (SELECT 1 FROM ex)
          AND a.currency = :currency
+         AND a.frozen_at IS NULL
          AND (CAST(:pinned AS boolean) OR v.active_version = :price_version)
          AND a.balance + a.credit_limit - a.held >= :amount
     ), h AS (
@@ -68,8 +70,8 @@ _RESERVE_HEAD = f"""
     )"""
 _RESERVE_TAIL = """
     SELECT a.currency AS account_currency, a.balance AS account_balance, a.held AS account_held,
-           a.credit_limit AS account_credit_limit, v.active_version, ex.existing_id, ex.existing_hash,
-           h.*
+           a.credit_limit AS account_credit_limit, a.frozen_at AS account_frozen_at, v.active_version,
+           ex.existing_id, ex.existing_hash, h.*
       FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true
     """
 _STATEMENTS: dict[tuple[str, int], Any] = {}

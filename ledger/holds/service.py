@@ -27,6 +27,7 @@ from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import (
+    AccountFrozen,
     AccountNotFound,
     HoldNotFound,
     HoldStateConflict,
@@ -199,6 +200,16 @@ class HoldService:
                     row.account_id, row.currency, row.model, row.price_version, row.amount, "open"
                 )
                 return view(row), True
+            if row.account_frozen_at is not None:
+                # As for 402 below: an identical reserve that won the lock before the freeze
+                # answers its replay; anything else is refused.
+                replay = await self._replay(body.account_id, body.idempotency_key, digest)
+                if replay is not None:
+                    return replay, False
+                raise AccountFrozen(
+                    f"account {body.account_id!r} is frozen and takes no new reservations",
+                    param="account_id",
+                )
             if not pinned and row.active_version != version:
                 self._versions[currency] = row.active_version  # a newer version is active: size again
                 continue

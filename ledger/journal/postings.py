@@ -38,10 +38,13 @@ def revenue_account(currency: str, spread_key: str) -> str:
     return f"system:revenue:{currency}:{shard:02d}"
 
 
+def revenue_accounts(currency: str) -> list[str]:
+    """Every revenue shard of the currency: revenue is the sum of their entries."""
+    return [f"system:revenue:{currency}:{n:02d}" for n in range(REVENUE_SHARDS)]
+
+
 def system_accounts(currency: str) -> list[str]:
-    return [funding_account(currency), adjustments_account(currency)] + [
-        f"system:revenue:{currency}:{n:02d}" for n in range(REVENUE_SHARDS)
-    ]
+    return [funding_account(currency), adjustments_account(currency), *revenue_accounts(currency)]
 
 
 def balanced(legs: list[Leg]) -> bool:

@@ -1,0 +1,1 @@
+"""Finance reports: account statements for a period, revenue by model, account or day."""
