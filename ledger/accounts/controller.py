@@ -10,15 +10,18 @@ from litestar.params import Parameter
 
 from ledger.accounts.schemas import (
     Account,
+    AdjustmentBody,
     AdjustmentRequest,
     Balance,
     CreateAccount,
+    DepositBody,
     DepositRequest,
     Movement,
 )
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
+from ledger.http.idempotency_key import keyed
 from ledger.http.request import actor_of
 from ledger.schemas import Page, as_utc
 
@@ -60,18 +63,18 @@ class AdminAccountController(Controller):
 
     @post("/{account_id:str}/deposits", opt={"role": "finance"}, summary="Deposit (idempotent)")
     async def deposit(
-        self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest
+        self, request: Request[Any, Any, Any], account_id: str, data: DepositBody
     ) -> Response[Movement]:
-        data = await read(request, DepositRequest)
-        movement, created = await service(request).deposit(account_id, data, actor_of(request))
+        body = keyed(request, await read(request, DepositBody), DepositRequest)
+        movement, created = await service(request).deposit(account_id, body, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @post("/{account_id:str}/adjustments", opt={"role": "finance"}, summary="Adjust (signed, with reason)")
     async def adjust(
-        self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest
+        self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentBody
     ) -> Response[Movement]:
-        data = await read(request, AdjustmentRequest)
-        movement, created = await service(request).adjust(account_id, data, actor_of(request))
+        body = keyed(request, await read(request, AdjustmentBody), AdjustmentRequest)
+        movement, created = await service(request).adjust(account_id, body, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @get("/{account_id:str}/transactions", summary="The account's journal, newest first")

@@ -13,12 +13,14 @@ from ledger.holds.schemas import (
     AdminSettleRequest,
     Hold,
     InterruptRequest,
+    ReserveBody,
     ReserveRequest,
     UsageRequest,
 )
 from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
+from ledger.http.idempotency_key import keyed
 from ledger.http.request import actor_of
 from ledger.schemas import Page
 
@@ -36,9 +38,9 @@ class GatewayHoldController(Controller):
     tags = ["gateway: holds"]
 
     @post("/", summary="Reserve credit for a request's worst case (idempotent)")
-    async def reserve(self, request: Request[Any, Any, Any], data: ReserveRequest) -> Response[Hold]:
-        data = await read(request, ReserveRequest)
-        hold, created = await service(request).reserve(data, actor_of(request))
+    async def reserve(self, request: Request[Any, Any, Any], data: ReserveBody) -> Response[Hold]:
+        body = keyed(request, await read(request, ReserveBody), ReserveRequest)
+        hold, created = await service(request).reserve(body, actor_of(request))
         return Response(hold, status_code=201 if created else 200)
 
     @get("/{hold_id:str}", summary="A hold with its state, amounts, pinned price version, usage and charge")
