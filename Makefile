@@ -20,8 +20,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $${PYTEST_WORKERS:-2} --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ledger pricing workers migrations tests bench
-	$(BIN)/ruff format --check ledger pricing workers migrations tests bench
+	$(BIN)/ruff check ledger ledger_client pricing workers migrations tests bench
+	$(BIN)/ruff format --check ledger ledger_client pricing workers migrations tests bench
 
 types: $(STAMP)
 	$(BIN)/mypy

@@ -10,9 +10,11 @@ from litestar.params import Parameter
 
 from ledger.accounts.schemas import (
     Account,
+    AdjustmentBody,
     AdjustmentRequest,
     Balance,
     CreateAccount,
+    DepositBody,
     DepositRequest,
     FreezeRequest,
     Movement,
@@ -21,6 +23,7 @@ from ledger.accounts.schemas import (
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
+from ledger.http.idempotency_key import keyed
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -123,10 +126,10 @@ class AdminAccountController(Controller):
         responses={**replay(Movement), **refusals(GUARDED, BODY, 404, 409)},
     )
     async def deposit(
-        self, request: Request[Any, Any, Any], account_id: str, data: DepositRequest
+        self, request: Request[Any, Any, Any], account_id: str, data: DepositBody
     ) -> Response[Movement]:
-        data = await read(request, DepositRequest)
-        movement, created = await service(request).deposit(account_id, data, actor_of(request))
+        body = keyed(request, await read(request, DepositBody), DepositRequest)
+        movement, created = await service(request).deposit(account_id, body, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @post(
@@ -137,10 +140,10 @@ class AdminAccountController(Controller):
         responses={**replay(Movement), **refusals(GUARDED, BODY, 404, 409)},
     )
     async def adjust(
-        self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentRequest
+        self, request: Request[Any, Any, Any], account_id: str, data: AdjustmentBody
     ) -> Response[Movement]:
-        data = await read(request, AdjustmentRequest)
-        movement, created = await service(request).adjust(account_id, data, actor_of(request))
+        body = keyed(request, await read(request, AdjustmentBody), AdjustmentRequest)
+        movement, created = await service(request).adjust(account_id, body, actor_of(request))
         return Response(movement, status_code=201 if created else 200)
 
     @get(

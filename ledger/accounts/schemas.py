@@ -22,16 +22,38 @@ class CreateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     metadata: Metadata = {}
 
 
-class DepositRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    idempotency_key: IdempotencyKey
+class _DepositFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     amount: AmountText
     reference: Reference | None = None
 
 
-class AdjustmentRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class DepositRequest(_DepositFields, frozen=True, kw_only=True):
+    """A deposit as the service sees it: the idempotency key resolved (body field or header)."""
+
     idempotency_key: IdempotencyKey
+
+
+class DepositBody(_DepositFields, frozen=True, kw_only=True):
+    """The deposit on the wire: `idempotency_key` may come in the `Idempotency-Key` header instead."""
+
+    idempotency_key: IdempotencyKey | None = None
+
+
+class _AdjustmentFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     amount: AmountText
     reason: Reason
+
+
+class AdjustmentRequest(_AdjustmentFields, frozen=True, kw_only=True):
+    """An adjustment as the service sees it: the idempotency key resolved (body field or header)."""
+
+    idempotency_key: IdempotencyKey
+
+
+class AdjustmentBody(_AdjustmentFields, frozen=True, kw_only=True):
+    """The adjustment on the wire: `idempotency_key` may come in the `Idempotency-Key` header instead."""
+
+    idempotency_key: IdempotencyKey | None = None
 
 
 class UpdateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

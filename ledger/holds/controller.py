@@ -13,12 +13,14 @@ from ledger.holds.schemas import (
     AdminSettleRequest,
     Hold,
     InterruptRequest,
+    ReserveBody,
     ReserveRequest,
     UsageRequest,
 )
 from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
+from ledger.http.idempotency_key import keyed
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -44,9 +46,9 @@ class GatewayHoldController(Controller):
         summary="Reserve credit for a request's worst case (idempotent)",
         responses={**replay(Hold), **refusals(GUARDED, BODY, 402, 404, 409)},
     )
-    async def reserve(self, request: Request[Any, Any, Any], data: ReserveRequest) -> Response[Hold]:
-        data = await read(request, ReserveRequest)
-        hold, created = await service(request).reserve(data, actor_of(request))
+    async def reserve(self, request: Request[Any, Any, Any], data: ReserveBody) -> Response[Hold]:
+        body = keyed(request, await read(request, ReserveBody), ReserveRequest)
+        hold, created = await service(request).reserve(body, actor_of(request))
         return Response(hold, status_code=201 if created else 200)
 
     @get(

@@ -13,9 +13,8 @@ from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
 TtlSeconds = Annotated[int, Meta(ge=1, le=86400)]
 
 
-class ReserveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class _ReserveFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     account_id: AccountId
-    idempotency_key: IdempotencyKey
     model: ModelName
     max_output_tokens: TokenCount | None = None
     max_input_tokens: TokenCount | None = None
@@ -23,6 +22,18 @@ class ReserveRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     price_version: VersionId | None = None
     ttl_seconds: TtlSeconds | None = None
     metadata: Metadata = {}
+
+
+class ReserveRequest(_ReserveFields, frozen=True, kw_only=True):
+    """A reserve as the service sees it: the idempotency key resolved (body field or header)."""
+
+    idempotency_key: IdempotencyKey
+
+
+class ReserveBody(_ReserveFields, frozen=True, kw_only=True):
+    """`POST /v1/holds` on the wire: `idempotency_key` may come in the `Idempotency-Key` header instead."""
+
+    idempotency_key: IdempotencyKey | None = None
 
 
 class UsageRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

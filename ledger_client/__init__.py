@@ -1,0 +1,32 @@
+"""ledger_client: the gateway's Python client for the ledger (async and sync, on httpx).
+
+Self-contained: it imports nothing from the service (`ledger`, `pricing`, `workers`),
+only the standard library and httpx, so a gateway can ship it alone.
+"""
+
+from ledger_client.client import AsyncLedgerClient, LedgerClient
+from ledger_client.errors import InsufficientFunds, LedgerError, LedgerUnavailable
+from ledger_client.models import Balance, Charge, ChargeLine, Hold, HoldState
+from ledger_client.retry import NO_RETRY, RetryPolicy
+from ledger_client.streaming import AsyncHoldSession, HoldSession
+from ledger_client.usage import from_anthropic, from_openai_chat, from_openai_responses
+
+__all__ = [
+    "NO_RETRY",
+    "AsyncHoldSession",
+    "AsyncLedgerClient",
+    "Balance",
+    "Charge",
+    "ChargeLine",
+    "Hold",
+    "HoldSession",
+    "HoldState",
+    "InsufficientFunds",
+    "LedgerClient",
+    "LedgerError",
+    "LedgerUnavailable",
+    "RetryPolicy",
+    "from_anthropic",
+    "from_openai_chat",
+    "from_openai_responses",
+]
