@@ -15,7 +15,7 @@ from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 
-from ledger import __version__
+from ledger import __version__, console
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
 from ledger.db import make_engine
@@ -41,6 +41,7 @@ CONTROLLERS: list[Any] = [
     GatewayHoldController,
     AdminHoldController,
     AdminReconciliationController,
+    *console.CONTROLLERS,
 ]
 
 
@@ -82,5 +83,6 @@ def create_app(
             path="/schema",
             render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
         ),
+        template_config=console.template_config(),
         debug=False,
     )
