@@ -13,7 +13,7 @@ from typing import Any
 
 from litestar import Litestar
 
-from ledger import __version__
+from ledger import __version__, console
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
 from ledger.db import make_engine
@@ -44,6 +44,7 @@ CONTROLLERS: list[Any] = [
     AdminHoldController,
     AdminReconciliationController,
     AdminReportController,
+    *console.CONTROLLERS,
 ]
 
 
@@ -85,6 +86,7 @@ def create_app(
             description="Billing and wallet ledger behind the LLM API gateway. Amounts are decimal strings; "
             "the API and billing rules are described in docs/api.md.",
         ),
+        template_config=console.template_config(),
         debug=False,
     )
     # Built once here (not on the first /schema request) so that a shape that no longer

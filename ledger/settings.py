@@ -72,6 +72,9 @@ class Settings:
     # When set, `ledger migrate` grants this role the service's privileges after upgrading.
     service_role: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    # Key that signs finance-console session cookies. None: a random key per process
+    # start (sessions end at restart and are not shared between processes).
+    console_secret: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -149,6 +152,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     log_format = env.get("LEDGER_LOG_FORMAT", "auto")
     if log_format not in ("json", "console", "auto"):
         raise SettingsError("LEDGER_LOG_FORMAT must be json, console or auto")
+    console_secret = env.get("LEDGER_CONSOLE_SECRET") or None
+    if console_secret is not None and len(console_secret) < 32:
+        raise SettingsError("LEDGER_CONSOLE_SECRET must be at least 32 characters")
     default_sources = str(Path(__file__).resolve().parent.parent / "pricing" / "sheets")
     return Settings(
         database_url=database_url,
@@ -187,4 +193,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
             else None
         ),
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
+        console_secret=console_secret,
     )

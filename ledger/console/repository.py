@@ -1,0 +1,28 @@
+"""The console's own read: account search (the accounts API lists by id only).
+
+A case-insensitive substring match on the account id, cursor-paginated by id like
+`GET /admin/v1/accounts`; `%`, `_` and `\\` in the query are matched literally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_SEARCH = text(
+    "SELECT id, currency, credit_limit, balance, held, metadata, created_at FROM accounts "
+    "WHERE kind = 'customer' AND id > :after AND id ILIKE :pattern ESCAPE '\\' "
+    "ORDER BY id LIMIT :limit"
+)
+
+
+def like_pattern(query: str) -> str:
+    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def search(conn: AsyncConnection, *, query: str, after: str, limit: int) -> list[Any]:
+    params = {"pattern": like_pattern(query), "after": after, "limit": limit}
+    return list((await conn.execute(_SEARCH, params)).all())
