@@ -20,7 +20,7 @@ Create Date: 2026-12-03
 from alembic import op
 
 revision = "0011"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
