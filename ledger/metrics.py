@@ -22,6 +22,12 @@ LATENCY = Histogram(
 MONEY_MOVEMENTS = Counter(
     "ledger_journal_transactions_total", "Journal transactions written, by kind", ["kind"], registry=REGISTRY
 )
+OVERAGE_FLAGGED = Counter(
+    "ledger_overage_flagged_total",
+    "Settles charged above LEDGER_MAX_OVERAGE_FACTOR x the hold (recorded, flagged, account marked)",
+    ["currency"],
+    registry=REGISTRY,
+)
 INTEGRITY_OK = Gauge(
     "ledger_integrity_ok", "1 when the last integrity check passed, 0 when it failed", registry=REGISTRY
 )

@@ -8,8 +8,8 @@ configuration table lists every variable below; keep the two in step.
 from __future__ import annotations
 
 import os
-from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 

@@ -41,9 +41,15 @@ class AdminAccountController(Controller):
         data = await read(request, CreateAccount)
         return await service(request).create(data, actor_of(request))
 
-    @get("/", summary="List accounts (by id, cursor-paginated)")
-    async def list_accounts(self, request: Request[Any, Any, Any], limit: Limit, cursor: Cursor) -> Page:
-        return await service(request).list(cursor=cursor, limit=limit)
+    @get("/", summary="List accounts (by id, cursor-paginated; review=true: only those marked for review)")
+    async def list_accounts(
+        self,
+        request: Request[Any, Any, Any],
+        limit: Limit,
+        cursor: Cursor,
+        review: Annotated[bool | None, Parameter(default=None)],
+    ) -> Page:
+        return await service(request).list(cursor=cursor, limit=limit, review=review)
 
     @get("/{account_id:str}", summary="Get an account")
     async def get_account(self, request: Request[Any, Any, Any], account_id: str) -> Account:

@@ -9,7 +9,7 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_COLUMNS = "id, currency, credit_limit, balance, held, metadata, created_at"
+_COLUMNS = "id, currency, credit_limit, balance, held, metadata, review, created_at"
 
 _INSERT = text(
     f"INSERT INTO accounts (id, kind, currency, credit_limit, metadata) "
@@ -18,8 +18,11 @@ _INSERT = text(
 )
 _GET = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer'")
 _LOCK = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer' FOR UPDATE")
+# review: None lists every account, true only those marked for review, false only the others.
 _LIST = text(
-    f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after ORDER BY id LIMIT :limit"
+    f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after "
+    "AND (CAST(:review AS boolean) IS NULL OR (review IS NOT NULL) = CAST(:review AS boolean)) "
+    "ORDER BY id LIMIT :limit"
 )
 
 
@@ -44,5 +47,7 @@ async def lock(conn: AsyncConnection, account_id: str) -> Any | None:
     return (await conn.execute(_LOCK, {"id": account_id})).first()
 
 
-async def list_page(conn: AsyncConnection, *, after: str, limit: int) -> list[Any]:
-    return list((await conn.execute(_LIST, {"after": after, "limit": limit})).all())
+async def list_page(
+    conn: AsyncConnection, *, after: str, limit: int, review: bool | None = None
+) -> list[Any]:
+    return list((await conn.execute(_LIST, {"after": after, "limit": limit, "review": review})).all())

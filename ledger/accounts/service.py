@@ -58,6 +58,7 @@ def account_view(row: Any) -> Account:
         available=format_amount(available),
         metadata=row.metadata,
         created_at=iso(row.created_at),
+        review=row.review,
     )
 
 
@@ -147,9 +148,10 @@ class AccountService:
             as_of=iso(as_of),
         )
 
-    async def list(self, *, cursor: str | None, limit: int) -> Page:
+    async def list(self, *, cursor: str | None, limit: int, review: bool | None = None) -> Page:
+        """Accounts by id; `review` true lists only those marked for review, false the others."""
         async with read_only(self.engine) as conn:
-            rows = await repository.list_page(conn, after=cursor or "", limit=limit + 1)
+            rows = await repository.list_page(conn, after=cursor or "", limit=limit + 1, review=review)
         more = len(rows) > limit
         rows = rows[:limit]
         return Page(data=[account_view(r) for r in rows], next_cursor=rows[-1].id if more and rows else None)

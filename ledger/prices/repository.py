@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -27,6 +28,11 @@ _LATEST = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency ORDER BY id DESC LIMIT 1"
 )
 _COUNT = text("SELECT count(*) FROM price_versions")
+# Whether any version of the currency names the model (only asked when refusing a request).
+_NAMES_MODEL = text(
+    "SELECT EXISTS (SELECT 1 FROM price_versions WHERE currency = :currency "
+    "AND document -> 'models' @> CAST(:probe AS jsonb))"
+)
 _LOCK = text("SELECT pg_advisory_xact_lock(7243100002)")
 
 
@@ -50,6 +56,11 @@ async def active_version(conn: AsyncConnection, currency: str, at: datetime) -> 
 
 async def latest(conn: AsyncConnection, currency: str) -> Any | None:
     return (await conn.execute(_LATEST, {"currency": currency})).first()
+
+
+async def names_model(conn: AsyncConnection, currency: str, model: str) -> bool:
+    probe = msgspec.json.encode([{"model": model}]).decode()
+    return bool((await conn.execute(_NAMES_MODEL, {"currency": currency, "probe": probe})).scalar())
 
 
 async def count(conn: AsyncConnection) -> int:

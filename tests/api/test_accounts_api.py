@@ -36,6 +36,7 @@ def test_create_get_and_list_account(client: TestClient[Any]) -> None:
         "available": "5.25",
         "metadata": {"team": "research"},
         "created_at": body["created_at"],
+        "review": None,
     }
     assert client.get(f"/admin/v1/accounts/{account_id}", headers=auth(VIEWER)).json() == body
     # pagination visits every account exactly once
