@@ -64,6 +64,12 @@ LATENCY = Histogram(
 MONEY_MOVEMENTS = Counter(
     "ledger_journal_transactions_total", "Journal transactions written, by kind", ["kind"], registry=REGISTRY
 )
+OVERAGE_FLAGGED = Counter(
+    "ledger_overage_flagged_total",
+    "Settles charged above LEDGER_MAX_OVERAGE_FACTOR x the hold (recorded, flagged, account marked)",
+    ["currency"],
+    registry=REGISTRY,
+)
 HOLDS_OPEN = Gauge(
     "ledger_holds", "Unresolved holds by state", ["state"], registry=REGISTRY, multiprocess_mode="mostrecent"
 )

@@ -20,6 +20,11 @@ from pricing.errors import PriceDocumentInvalid
 
 SHEETS_DIR = Path(__file__).resolve().parent / "sheets"
 
+# Models the gateway serves that the bundled sheets deliberately leave unpriced (the
+# "Left out" table of sheets/README.md). The ledger counts them as known models: a
+# request for one is "no valid price yet" (503), not "no such model" (404).
+UNPRICED_MODELS = frozenset({"gemini-3.5-flash"})
+
 
 def bundled_sheet_paths() -> list[Path]:
     """The bundled sheets, one JSON file per provider, sorted by file name."""

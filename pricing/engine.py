@@ -16,7 +16,10 @@ Invariants kept here:
 - a reservation covers the worst case: A x (highest input-side rate) + O x n x
   (highest output rate), over the standard table and also the long-context table when
   A is above its threshold. So for any usage with P <= A and C <= O x n the charge is
-  never more than the reservation.
+  never more than the reservation;
+- usage is plausible only within the model's limits (`check_usage_limits`): P at most
+  `max_input_tokens`, C at most `max_output_tokens` x n. Anything above cannot have
+  been served by the model and is refused rather than charged.
 """
 
 from __future__ import annotations
@@ -100,6 +103,27 @@ def compute_charge(price: ModelPrice, usage: Usage) -> Charge:
             total = EXACT.add(total, amount)
             lines.append(ChargeLine(category, tokens, rate, amount))
     return Charge(total, tier, tuple(lines))
+
+
+def check_usage_limits(price: ModelPrice, usage: Usage, *, n: int, param_prefix: str = "usage") -> None:
+    """Refuse usage the model cannot have produced: `ModelLimitExceeded` naming the field.
+
+    P > `max_input_tokens`, or C > `max_output_tokens` x `n` (each of the n completions
+    has the model's output limit). Counts equal to the limits are fine.
+    """
+    prefix = f"{param_prefix}." if param_prefix else ""
+    if usage.prompt_tokens > price.max_input_tokens:
+        raise ModelLimitExceeded(
+            f"{prefix}prompt_tokens",
+            f"{usage.prompt_tokens} is above the model's limit of {price.max_input_tokens} input tokens",
+        )
+    limit = price.max_output_tokens * n
+    if usage.completion_tokens > limit:
+        per = f" ({n} completions of {price.max_output_tokens})" if n > 1 else ""
+        raise ModelLimitExceeded(
+            f"{prefix}completion_tokens",
+            f"{usage.completion_tokens} is above the model's limit of {limit} output tokens{per}",
+        )
 
 
 def _request_count(value: object, param: str, *, maximum: int) -> int:

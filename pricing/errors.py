@@ -6,7 +6,9 @@ Invariants kept here:
   reason `detail` and a human `message` naming both; an empty `param` means the input
   as a whole (e.g. not JSON at all);
 - `ModelNotPriced` is a `LookupError`, not a `ValueError`: the input was fine, the price
-  document simply has no row for the model (the contract's 503 ``pricing_unavailable``).
+  document simply has no row for the model. The ledger answers 503 ``pricing_unavailable``
+  for a model it knows (priced in some version, or deliberately left unpriced) and 404
+  ``model_not_found`` for one it has never heard of.
 
 `pricing` imports nothing from `ledger`; the ledger maps these onto its own error tree
 (422 ``validation_error`` / ``usage_invalid`` / ``model_limit_exceeded``, 503).
@@ -47,7 +49,7 @@ class ReservationInvalid(PricingInputError):
 
 
 class ModelNotPriced(LookupError):
-    """The price document has no price for `model` (503 ``pricing_unavailable``)."""
+    """The price document has no price for `model` (the ledger decides 503 or 404)."""
 
     def __init__(self, model: str, message: str | None = None) -> None:
         self.model = model

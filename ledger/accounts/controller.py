@@ -57,7 +57,8 @@ class AdminAccountController(Controller):
 
     @get(
         "/",
-        summary="List accounts (by id, cursor-paginated); ?below_zero=true: balance < 0 only",
+        summary="List accounts (by id, cursor-paginated); ?below_zero=true: balance < 0 only; "
+        "?review=true: only those marked for review",
         responses=refusals(GUARDED),
     )
     async def list_accounts(
@@ -66,8 +67,9 @@ class AdminAccountController(Controller):
         limit: Limit,
         cursor: Cursor,
         below_zero: Annotated[bool, Parameter(default=False)],
+        review: Annotated[bool | None, Parameter(default=None)],
     ) -> Page:
-        return await service(request).list(cursor=cursor, limit=limit, below_zero=below_zero)
+        return await service(request).list(cursor=cursor, limit=limit, below_zero=below_zero, review=review)
 
     @get("/{account_id:str}", summary="Get an account", responses=refusals(GUARDED, 404))
     async def get_account(self, request: Request[Any, Any, Any], account_id: str) -> Account:

@@ -13,7 +13,7 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_COLUMNS = "id, currency, credit_limit, balance, held, metadata, created_at, frozen_at, frozen_reason"
+_COLUMNS = "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason"
 
 _INSERT = text(
     f"INSERT INTO accounts (id, kind, currency, credit_limit, metadata) "
@@ -25,9 +25,12 @@ _LOCK = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'custom
 # `below_zero`: no index on balance on purpose (an index on a column that every posting
 # updates would end HOT updates of the account row on the hot path); this walks the
 # primary key and filters, which is fine for an admin list.
+# `review`: None lists every account, true only those marked for review, false the others.
 _LIST = text(
     f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after "
-    "AND (NOT CAST(:below_zero AS boolean) OR balance < 0) ORDER BY id LIMIT :limit"
+    "AND (NOT CAST(:below_zero AS boolean) OR balance < 0) "
+    "AND (CAST(:review AS boolean) IS NULL OR (review IS NOT NULL) = CAST(:review AS boolean)) "
+    "ORDER BY id LIMIT :limit"
 )
 _UPDATE_TERMS = text(
     f"UPDATE accounts SET credit_limit = :credit_limit, metadata = CAST(:metadata AS jsonb) "
@@ -64,8 +67,10 @@ async def lock(conn: AsyncConnection, account_id: str) -> Any | None:
     return (await conn.execute(_LOCK, {"id": account_id})).first()
 
 
-async def list_page(conn: AsyncConnection, *, after: str, limit: int, below_zero: bool = False) -> list[Any]:
-    params = {"after": after, "limit": limit, "below_zero": below_zero}
+async def list_page(
+    conn: AsyncConnection, *, after: str, limit: int, below_zero: bool = False, review: bool | None = None
+) -> list[Any]:
+    params = {"after": after, "limit": limit, "below_zero": below_zero, "review": review}
     return list((await conn.execute(_LIST, params)).all())
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ledger.schemas import (
@@ -80,6 +82,9 @@ class Account(msgspec.Struct, frozen=True):
     frozen: bool = False
     frozen_at: str | None = None
     frozen_reason: str | None = None
+    # Set by a settle charged above LEDGER_MAX_OVERAGE_FACTOR x its hold:
+    # {"reason", "hold_id", "at"} of the last one; None when nothing asks for review.
+    review: dict[str, Any] | None = None
 
 
 class Balance(msgspec.Struct, frozen=True):

@@ -70,6 +70,7 @@ def account_view(row: Any) -> Account:
         frozen=row.frozen_at is not None,
         frozen_at=iso(row.frozen_at) if row.frozen_at else None,
         frozen_reason=row.frozen_reason,
+        review=row.review,
     )
 
 
@@ -172,10 +173,14 @@ class AccountService:
             as_of=iso(as_of),
         )
 
-    async def list(self, *, cursor: str | None, limit: int, below_zero: bool = False) -> Page:
+    async def list(
+        self, *, cursor: str | None, limit: int, below_zero: bool = False, review: bool | None = None
+    ) -> Page:
+        """Accounts by id; `below_zero` only balance < 0; `review` true only those marked for
+        review, false the others."""
         async with read_only(self.engine) as conn:
             rows = await repository.list_page(
-                conn, after=cursor or "", limit=limit + 1, below_zero=below_zero
+                conn, after=cursor or "", limit=limit + 1, below_zero=below_zero, review=review
             )
         more = len(rows) > limit
         rows = rows[:limit]

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 HOLD_COLUMNS = (
     "id, account_id, idempotency_key, request_hash, state, model, price_version, currency, amount, "
     "reservation, ttl_seconds, expires_at, metadata, usage, gateway_usage, charge, charged, released, "
-    "overage, true_up, resolved_by, resolved_reason, interrupted_at, resolved_at, created_at, updated_at"
+    "overage, overage_flagged, true_up, resolved_by, resolved_reason, interrupted_at, resolved_at, "
+    "created_at, updated_at"
 )
 
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
@@ -141,8 +142,16 @@ async def reserve(conn: AsyncConnection, *, legs: list[Any], **params: Any) -> A
 
 
 _HOLD_TERMS = text(
-    "SELECT id, account_id, currency, model, price_version, amount, state FROM holds WHERE id = :id"
+    "SELECT id, account_id, currency, model, price_version, amount, state, "
+    "CAST(reservation ->> 'n' AS integer) AS n FROM holds WHERE id = :id"
 )
+
+# The account's review mark (accounts.review, migration 0007): why, which hold, when (UTC).
+_REVIEW_MARK = (
+    "jsonb_build_object('reason', CAST(:review_reason AS text), 'hold_id', CAST(:review_hold AS text), "
+    """'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))"""
+)
+_MARK_FOR_REVIEW = text(f"UPDATE accounts SET review = {_REVIEW_MARK} WHERE id = :account_id")
 
 
 def _settle_statement(n_legs: int) -> Any:
@@ -151,6 +160,13 @@ def _settle_statement(n_legs: int) -> Any:
     Locks the account then the hold (FOR UPDATE OF a, h: the usual order; after a wait
     both rows are re-read), and only if the hold is still open or interrupted: marks it
     settled and writes the settle's journal transaction. The row returned says which.
+
+    A flagged settle (charge above the overage factor) also marks the account for
+    review (CTE r). The hold's update waits for r (the EXISTS), and the journal entries,
+    whose trigger moves the account's balance, come after the hold's update: so this
+    statement's own update of the account row always precedes the trigger's, never
+    follows it (PostgreSQL refuses a statement updating a row that one of its own
+    triggers already changed).
     """
     key = ("settle", n_legs)
     statement = _STATEMENTS.get(key)
@@ -159,14 +175,20 @@ def _settle_statement(n_legs: int) -> Any:
         statement = _STATEMENTS[key] = text(
             f"""
             WITH l AS (
-              SELECT h.id, h.state FROM holds h JOIN accounts a ON a.id = h.account_id
+              SELECT h.id, h.state, h.account_id FROM holds h JOIN accounts a ON a.id = h.account_id
                WHERE h.id = :id FOR UPDATE OF a, h
+            ), r AS (
+              UPDATE accounts SET review = {_REVIEW_MARK}
+                FROM l WHERE CAST(:flagged AS boolean) AND accounts.id = l.account_id
+                 AND l.state IN ('open', 'interrupted')
+              RETURNING accounts.id
             ), u AS (
               UPDATE holds SET state = 'settled', usage = CAST(:usage AS jsonb),
                      gateway_usage = CAST(:usage AS jsonb), charge = CAST(:charge AS jsonb),
                      charged = :charged, released = :released, overage = :overage,
-                     resolved_by = 'gateway', resolved_at = now()
+                     overage_flagged = CAST(:flagged AS boolean), resolved_by = 'gateway', resolved_at = now()
                 FROM l WHERE holds.id = l.id AND l.state IN ('open', 'interrupted')
+                 AND (NOT CAST(:flagged AS boolean) OR EXISTS (SELECT 1 FROM r))
               RETURNING holds.*
             ){_journal_ctes("settle", "u", n_legs)}
             SELECT l.state AS locked_state, {returned} FROM l LEFT JOIN u ON true
@@ -192,8 +214,13 @@ async def settle_unresolved(
     charged: Any,
     released: Any,
     overage: Any,
+    review_reason: str | None,
 ) -> Any | None:
+    """Settle in one statement; `review_reason` (not None) flags the hold and marks its account."""
     params: dict[str, Any] = {
+        "flagged": review_reason is not None,
+        "review_reason": review_reason,
+        "review_hold": str(hold_id),
         "id": hold_id,
         "currency": currency,
         "actor": actor,
@@ -205,6 +232,12 @@ async def settle_unresolved(
     }
     _leg_params(params, legs)
     return (await conn.execute(_settle_statement(len(legs)), params)).first()
+
+
+async def mark_for_review(conn: AsyncConnection, account_id: str, *, reason: str, hold_id: UUID) -> None:
+    """Set the account's review mark (the last flagged settle's reason, hold and time)."""
+    params = {"account_id": account_id, "review_reason": reason, "review_hold": str(hold_id)}
+    await conn.execute(_MARK_FOR_REVIEW, params)
 
 
 async def find_by_key(conn: AsyncConnection, account_id: str, key: str) -> Any | None:

@@ -72,6 +72,7 @@ class Hold(msgspec.Struct, frozen=True):
     charge: dict[str, Any] | None
     released: str | None
     overage: str | None
+    overage_flagged: bool  # charged above LEDGER_MAX_OVERAGE_FACTOR x amount (account marked for review)
     true_up: str | None
     resolved_by: str | None
     resolved_reason: str | None

@@ -6,8 +6,16 @@ Invariants:
   concurrent reserves on one account therefore serialize and can never together
   exceed `available`, and settle racing release has exactly one winner;
 - a hold is charged at the price version it pinned at reservation;
-- the charge follows usage even past the hold (the account may go below zero;
-  `overage` shows by how much the charge exceeded the reservation);
+- usage is charged only within the model's limits in the pinned version (prompt at
+  most `max_input_tokens`, completion at most `max_output_tokens` x n): a settle,
+  checkpoint or interrupt above them is 422 `model_limit_exceeded` and changes nothing;
+- within them the charge follows usage even past the hold (the account may go below
+  zero; `overage` shows by how much the charge exceeded the reservation); a charge
+  above `LEDGER_MAX_OVERAGE_FACTOR` x the hold is still recorded, but the hold is
+  flagged (`overage_flagged`), the account marked for review, a warning logged and
+  `ledger_overage_flagged_total` counted;
+- usage once seen is never forgiven by a release: releasing a hold that has
+  checkpoint or interrupt usage is 409 (settle it instead);
 - a settle from the gateway after the reconciler or an admin resolved the hold is
   a true-up: a new transaction for the difference, so the final charge always
   equals the gateway's authoritative usage;
@@ -21,6 +29,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger.audit import repository as audit
@@ -34,6 +43,7 @@ from ledger.errors import (
     IdempotencyConflict,
     InsufficientFunds,
     LedgerError,
+    ModelNotFound,
     PricingUnavailable,
     UsageInvalid,
 )
@@ -44,14 +54,23 @@ from ledger.idempotency import request_hash
 from ledger.ids import parse_uuid, uuid7
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg
-from ledger.metrics import MONEY_MOVEMENTS
+from ledger.metrics import MONEY_MOVEMENTS, OVERAGE_FLAGGED
 from ledger.prices.service import PriceService, size, translate_pricing_error
 from ledger.schemas import iso
 from ledger.settings import Settings
 from pricing import errors as pricing_errors
-from pricing.engine import charge_to_builtins, compute_charge, reservation_to_builtins
+from pricing.document import ModelPrice
+from pricing.engine import (
+    Charge,
+    charge_to_builtins,
+    check_usage_limits,
+    compute_charge,
+    reservation_to_builtins,
+)
 from pricing.money import format_amount
 from pricing.usage import Usage, parse_usage, usage_grows_from
+
+log = structlog.get_logger(__name__)
 
 UNRESOLVED = ("open", "interrupted")
 CACHE_LIMIT = 100_000
@@ -81,6 +100,7 @@ def view(row: Any) -> Hold:
         charge=row.charge,
         released=_amount(row.released),
         overage=_amount(row.overage),
+        overage_flagged=row.overage_flagged,
         true_up=_amount(row.true_up),
         resolved_by=row.resolved_by,
         resolved_reason=row.resolved_reason,
@@ -117,6 +137,7 @@ class HoldTerms(NamedTuple):
     price_version: str
     amount: Decimal
     state: str
+    n: int  # completions reserved for: the output limit is the model's max x n
 
 
 def hold_id_of(value: str) -> UUID:
@@ -134,6 +155,7 @@ class HoldService:
         self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.prices = prices
         self.settings = settings
+        self.max_overage_factor = Decimal(settings.max_overage_factor)
         self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
         self._versions: dict[str, str | None] = {}  # currency -> last known active price version
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
@@ -156,7 +178,10 @@ class HoldService:
             try:
                 price = await self.prices.model_price(currency=currency, model=body.model, version=version)
                 reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
-            except LedgerError:
+            except LedgerError as error:
+                unpriced = isinstance(error, ModelNotFound | PricingUnavailable)
+                if unpriced and not pinned and await self._active_version_moved(currency, version):
+                    continue  # the cached active version was stale: size again with the new one
                 replay = await self._replay(body.account_id, body.idempotency_key, digest)
                 if replay is not None:
                     return replay, False
@@ -197,7 +222,13 @@ class HoldService:
                 if len(self._terms) >= CACHE_LIMIT:
                     self._terms.clear()
                 self._terms[row.id] = HoldTerms(
-                    row.account_id, row.currency, row.model, row.price_version, row.amount, "open"
+                    row.account_id,
+                    row.currency,
+                    row.model,
+                    row.price_version,
+                    row.amount,
+                    "open",
+                    reservation.n,
                 )
                 return view(row), True
             if row.account_frozen_at is not None:
@@ -270,6 +301,23 @@ class HoldService:
             raise PricingUnavailable(f"no price version is active for {currency}", param="model")
         return version
 
+    async def _active_version_moved(self, currency: str, version: str) -> bool:
+        """Re-read the active version; True (and the cache updated) when it is not `version`.
+
+        Asked before refusing a model that the cached active version does not price: a
+        newer version (say a refresh that brought the model back) may be active, and
+        until a reserve for some other model noticed it, the cache would keep refusing.
+        """
+        async with read_only(self.autocommit) as conn:
+            active = await repository.active_version(conn, currency)
+        if active == version:
+            return False
+        if active is None:
+            self._versions.pop(currency, None)
+        else:
+            self._versions[currency] = active
+        return True
+
     # --- reads ---------------------------------------------------------------------
 
     async def get(self, hold_ref: str) -> Hold:
@@ -316,10 +364,12 @@ class HoldService:
 
     # --- checkpoint and interrupt (no money moves) ------------------------------------------
 
-    def _grown(self, hold: Any, raw: dict[str, Any] | None) -> Usage | None:
+    async def _grown(self, conn: AsyncConnection, hold: Any, raw: dict[str, Any] | None) -> Usage | None:
+        """The new cumulative usage: within the model's limits, and no count smaller than before."""
         if raw is None:
             return None
         usage = parse(raw)
+        self._check_limits(await self._price(conn, hold), usage, hold.reservation["n"])
         if hold.usage is not None:
             shrunk = usage_grows_from(parse(hold.usage), usage)
             if shrunk is not None:
@@ -333,7 +383,7 @@ class HoldService:
         async def step(conn: AsyncConnection, hold: Any) -> Any:
             if hold.state != "open":
                 raise HoldStateConflict(f"hold is {hold.state}; checkpoints are taken only while open")
-            usage = self._grown(hold, raw)
+            usage = await self._grown(conn, hold, raw)
             assert usage is not None
             return await repository.update(conn, hold.id, usage=usage.raw, expires_at="extend")
 
@@ -343,7 +393,7 @@ class HoldService:
         async def step(conn: AsyncConnection, hold: Any) -> Any:
             if hold.state not in UNRESOLVED:
                 raise HoldStateConflict(f"hold is already {hold.state}")
-            usage = self._grown(hold, raw)
+            usage = await self._grown(conn, hold, raw)
             changes: dict[str, Any] = {"state": "interrupted"}
             if hold.state == "open":
                 changes["interrupted_at"] = "now"
@@ -385,10 +435,18 @@ class HoldService:
             currency=currency, model=terms.model, version=terms.price_version
         )
         try:
+            check_usage_limits(price, usage, n=terms.n)
+        except pricing_errors.ModelLimitExceeded:
+            # Refused, but only after the locked path has looked at the hold's state
+            # (`terms` may be stale): a hold that is already final answers 409 or its
+            # replay, exactly as it would for usage within the limits.
+            return None
+        try:
             charge = compute_charge(price, usage)
         except pricing_errors.PricingInputError as error:
             raise translate_pricing_error(error) from error
         held, amount = terms.amount, charge.amount
+        review = self._over_factor(held, amount, currency)
         legs = [
             leg
             for leg in settle_legs(terms.account_id, currency, str(hold_id), held, amount)
@@ -407,13 +465,55 @@ class HoldService:
                 charged=amount,
                 released=max(held - amount, Decimal(0)),
                 overage=max(amount - held, Decimal(0)),
+                review_reason=review,
             )
 
         row = await transaction(self.autocommit, work)
         if row is None or row.id is None:
             return None
         MONEY_MOVEMENTS.labels("settle").inc()
+        if review is not None:  # committed (autocommit): report it
+            self._report_flagged(row.id, row.account_id, row.currency, row.amount, row.charged, review)
         return view(row)
+
+    def _over_factor(self, held: Decimal, charged: Decimal, currency: str) -> str | None:
+        """The review reason when `charged` exceeds the overage factor x `held`, else None."""
+        if charged <= held * self.max_overage_factor:
+            return None
+        return (
+            f"settle charged {format_amount(charged)} {currency} on a hold of {format_amount(held)} "
+            f"{currency}: more than LEDGER_MAX_OVERAGE_FACTOR ({self.settings.max_overage_factor}) x the hold"
+        )
+
+    @staticmethod
+    def _report_flagged(
+        hold_id: UUID, account_id: str, currency: str, amount: Decimal, charged: Decimal, reason: str
+    ) -> None:
+        """The warning and the metric of a flagged settle."""
+        OVERAGE_FLAGGED.labels(currency.strip()).inc()
+        log.warning(
+            "hold.overage_flagged",
+            hold_id=str(hold_id),
+            account_id=account_id,
+            amount=format_amount(amount),
+            charged=format_amount(charged),
+            currency=currency.strip(),
+            reason=reason,
+        )
+
+    @staticmethod
+    def _check_limits(price: ModelPrice, usage: Usage, n: int) -> None:
+        try:
+            check_usage_limits(price, usage, n=n)
+        except pricing_errors.ModelLimitExceeded as error:
+            raise translate_pricing_error(error) from error
+
+    async def _price(self, conn: AsyncConnection, hold: Any) -> ModelPrice:
+        doc = await self.prices.document(conn, hold.price_version)
+        try:
+            return doc.model(hold.model)
+        except pricing_errors.ModelNotPriced as error:
+            raise translate_pricing_error(error) from error
 
     async def _post(
         self, conn: AsyncConnection, hold: Any, kind: str, legs: list[Leg], actor: Actor, reason: str | None
@@ -431,11 +531,17 @@ class HoldService:
                 reason=reason,
             )
 
-    async def _charge(self, conn: AsyncConnection, hold: Any, usage: Usage) -> Any:
-        doc = await self.prices.document(conn, hold.price_version)
+    async def _charge(self, conn: AsyncConnection, hold: Any, usage: Usage, actor: Actor) -> Charge:
+        """The charge at the pinned version, refusing usage above the model's limits.
+
+        The reconciler is not re-checked: it settles with checkpoint or interrupt usage,
+        which was checked when it was recorded, and refusing it would strand the hold."""
+        price = await self._price(conn, hold)
+        if actor.kind != "reconciler":
+            self._check_limits(price, usage, hold.reservation["n"])
         try:
-            return compute_charge(doc.model(hold.model), usage)
-        except (pricing_errors.PricingInputError, pricing_errors.ModelNotPriced) as error:
+            return compute_charge(price, usage)
+        except pricing_errors.PricingInputError as error:
             raise translate_pricing_error(error) from error
 
     async def settle_locked(
@@ -444,11 +550,12 @@ class HoldService:
         """Settle (or true up) a hold whose account row the caller has locked."""
         gateway = actor.kind == "gateway"
         if hold.state in UNRESOLVED:
-            charge = await self._charge(conn, hold, usage)
+            charge = await self._charge(conn, hold, usage, actor)
             held, amount = hold.amount, charge.amount
             legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
             await self._post(conn, hold, "settle", legs, actor, reason)
             await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
+            review = await self._flag(conn, hold, amount)
             return await repository.update(
                 conn,
                 hold.id,
@@ -459,6 +566,7 @@ class HoldService:
                 charged=amount,
                 released=max(held - amount, Decimal(0)),
                 overage=max(amount - held, Decimal(0)),
+                overage_flagged=review is not None,
                 resolved_by=actor.kind,
                 resolved_reason=reason,
                 resolved_at="now",
@@ -472,7 +580,8 @@ class HoldService:
         if hold.state == "released" and hold.resolved_by == "gateway":
             raise HoldStateConflict("hold was released by the gateway; it cannot be settled")
         # Resolved by the reconciler or an admin: apply the authoritative usage as a true-up.
-        charge = await self._charge(conn, hold, usage)
+        charge = await self._charge(conn, hold, usage, actor)
+        flagged = await self._flag(conn, hold, charge.amount) is not None
         previous = hold.charged or Decimal(0)
         difference = charge.amount - previous
         legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
@@ -486,8 +595,22 @@ class HoldService:
             charge=charge_to_builtins(charge),
             charged=charge.amount,
             overage=max(charge.amount - hold.amount, Decimal(0)),
+            overage_flagged=hold.overage_flagged or flagged,  # never cleared
             true_up=(hold.true_up or Decimal(0)) + difference,
         )
+
+    async def _flag(self, conn: AsyncConnection, hold: Any, charged: Decimal) -> str | None:
+        """Mark the account for review when `charged` is over the factor; the reason, or None.
+
+        Reported (warning, metric) here, inside the caller's transaction: these paths
+        (admin settle, true-up, reconciler) are rare, and a transaction that then fails
+        refuses the whole settle, so the warning can name a settle that did not land;
+        the hold's `overage_flagged` is the record."""
+        reason = self._over_factor(hold.amount, charged, hold.currency.strip())
+        if reason is not None:
+            await repository.mark_for_review(conn, hold.account_id, reason=reason, hold_id=hold.id)
+            self._report_flagged(hold.id, hold.account_id, hold.currency, hold.amount, charged, reason)
+        return reason
 
     # --- release -------------------------------------------------------------------------
 
@@ -504,6 +627,18 @@ class HoldService:
             return hold  # releasing twice is not an error
         if hold.state == "settled":
             raise HoldStateConflict("hold is already settled; it cannot be released")
+        if hold.usage is not None:
+            # Usage was reported (a checkpoint or an interrupt): releasing would forgive
+            # tokens that were served. The reconciler never gets here (it settles such holds).
+            how = (
+                "settle it instead (POST /admin/v1/holds/{id}/settle without usage settles at the largest "
+                "usage seen); to forgive the charge, settle and then post an adjustment"
+                if actor.kind == "admin"
+                else "settle it instead"
+            )
+            raise HoldStateConflict(
+                f"usage was already seen for this hold; releasing would forgive it: {how}"
+            )
         await self._post(conn, hold, "release", release_legs(hold.account_id, hold.amount), actor, reason)
         await self._audit(conn, actor, "hold.release", hold, reason, {"released": format_amount(hold.amount)})
         return await repository.update(

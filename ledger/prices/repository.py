@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -43,6 +44,11 @@ _LAST_REFRESH = text(
 _RECORD_REFRESH = text(
     "INSERT INTO price_refreshes (currency, content_hash, version_id, action, refreshed_by) "
     "SELECT :currency, :content_hash, id, :action, :refreshed_by FROM price_versions WHERE version = :version"
+)
+# Whether any version of the currency names the model (only asked when refusing a request).
+_NAMES_MODEL = text(
+    "SELECT EXISTS (SELECT 1 FROM price_versions WHERE currency = :currency "
+    "AND document -> 'models' @> CAST(:probe AS jsonb))"
 )
 _LOCK = text("SELECT pg_advisory_xact_lock(7243100002)")
 
@@ -95,6 +101,11 @@ async def record_refresh(
         "refreshed_by": refreshed_by,
     }
     await conn.execute(_RECORD_REFRESH, values)
+
+
+async def names_model(conn: AsyncConnection, currency: str, model: str) -> bool:
+    probe = msgspec.json.encode([{"model": model}]).decode()
+    return bool((await conn.execute(_NAMES_MODEL, {"currency": currency, "probe": probe})).scalar())
 
 
 async def count(conn: AsyncConnection) -> int:

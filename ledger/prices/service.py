@@ -26,6 +26,9 @@
     cannot reprice the world;
   * otherwise it publishes and records the sources' content hash.
   All under the publishing lock, so publishers and the seed never race.
+- A model the selected version does not price is 404 `model_not_found` when the
+  ledger has never heard of it, 503 `pricing_unavailable` when it is known (see
+  `PriceService.unpriced`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import (
     ModelLimitExceeded,
+    ModelNotFound,
     PriceDocumentRefused,
     PriceVersionNotFound,
     PricingUnavailable,
@@ -60,6 +64,7 @@ from ledger.prices.schemas import (
 )
 from ledger.schemas import iso
 from pricing import errors as pricing_errors
+from pricing.bundled import UNPRICED_MODELS
 from pricing.diff import compare_documents, diff_to_builtins, excessive_changes
 from pricing.document import (
     ModelPrice,
@@ -435,26 +440,57 @@ class PriceService:
             if active is None:
                 raise PricingUnavailable(f"no price version is active for {currency}", param="model")
             version = active
-        return version, self._model_in(await self.document(conn, version), version, currency, model)
+        doc = await self.document(conn, version)
+        price = self._model_in(doc, version, currency, model)
+        if price is None:
+            raise await self.unpriced(conn, currency=currency, model=model, version=version)
+        return version, price
 
     async def model_price(self, *, currency: str, model: str, version: str) -> ModelPrice:
-        """A model's price in a given version, from the cache when possible (no connection)."""
+        """A model's price in a given version, from the cache when possible (no connection).
+
+        A model the version does not price is 404 `model_not_found` or 503
+        `pricing_unavailable` (see `unpriced`)."""
         doc = self._cache.get(version)
         if doc is None:
             async with read_only(self.engine) as conn:
                 doc = await self.document(conn, version)
-        return self._model_in(doc, version, currency, model)
+        price = self._model_in(doc, version, currency, model)
+        if price is None:
+            async with read_only(self.engine) as conn:
+                raise await self.unpriced(conn, currency=currency, model=model, version=version)
+        return price
+
+    async def unpriced(
+        self, conn: AsyncConnection, *, currency: str, model: str, version: str
+    ) -> ModelNotFound | PricingUnavailable:
+        """Why `version` cannot price `model`: the caller's mistake (404) or no valid price (503).
+
+        A model is *known* when some price version of `currency` names it (published now
+        or ever: it was withdrawn or is not priced yet), or when the bundled sheets leave it
+        unpriced on purpose (`pricing.bundled.UNPRICED_MODELS`). A known model without a
+        price in the selected version is 503 `pricing_unavailable`, as before; any other
+        name is 404 `model_not_found`. Only refusals pay for this lookup.
+        """
+        if model in UNPRICED_MODELS or await repository.names_model(conn, currency, model):
+            return PricingUnavailable(
+                f"no valid price for model {model!r} in price version {version}", param="model"
+            )
+        return ModelNotFound(
+            f"model {model!r} is not known: no {currency} price version names it", param="model"
+        )
 
     @staticmethod
-    def _model_in(doc: PriceDocument, version: str, currency: str, model: str) -> ModelPrice:
+    def _model_in(doc: PriceDocument, version: str, currency: str, model: str) -> ModelPrice | None:
+        """The model's price in `doc`; None when the document does not price it."""
         if doc.currency != currency:
             raise PricingUnavailable(
                 f"price version {version} prices in {doc.currency}, not {currency}", param="price_version"
             )
         try:
             return doc.model(model)
-        except pricing_errors.ModelNotPriced as error:
-            raise translate_pricing_error(error) from error
+        except pricing_errors.ModelNotPriced:
+            return None
 
     # --- quoting -----------------------------------------------------------------
 

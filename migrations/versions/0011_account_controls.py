@@ -4,7 +4,7 @@
   refuses new reservations (checked by the reserve statement under the account lock);
   every other posting still applies.
 - The account guard is narrowed: a direct UPDATE (not the entry trigger) may change
-  exactly `credit_limit`, `metadata`, `frozen_at` and `frozen_reason` of a customer
+  exactly `credit_limit`, `metadata`, `frozen_at`, `frozen_reason` and `review` (0007) of a customer
   account, and nothing of a system account. The comparison is over the whole row minus
   those columns, so a column added later is refused until a migration allows it. The
   entry trigger (depth >= 2) still moves `balance` and `held` and nothing else.
@@ -59,9 +59,9 @@ BEGIN
   IF OLD.kind = 'system' AND to_jsonb(NEW) IS DISTINCT FROM to_jsonb(OLD) THEN
     RAISE EXCEPTION 'ledger: system accounts are not edited' USING ERRCODE = 'restrict_violation';
   END IF;
-  IF to_jsonb(NEW) - ARRAY['credit_limit', 'metadata', 'frozen_at', 'frozen_reason']
-     IS DISTINCT FROM to_jsonb(OLD) - ARRAY['credit_limit', 'metadata', 'frozen_at', 'frozen_reason'] THEN
-    RAISE EXCEPTION 'ledger: only credit_limit, metadata and the freeze of an account may be changed'
+  IF to_jsonb(NEW) - ARRAY['credit_limit', 'metadata', 'frozen_at', 'frozen_reason', 'review']
+     IS DISTINCT FROM to_jsonb(OLD) - ARRAY['credit_limit', 'metadata', 'frozen_at', 'frozen_reason', 'review'] THEN
+    RAISE EXCEPTION 'ledger: only credit_limit, metadata, the freeze and the review mark of an account may be changed'
       USING ERRCODE = 'restrict_violation';
   END IF;
   RETURN NEW;

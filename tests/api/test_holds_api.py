@@ -174,7 +174,8 @@ def test_reserve_refusals(client: TestClient[Any], world: dict[str, Any]) -> Non
     account_id = world["account"]
     cases = [
         ({"account_id": "nobody"}, 404, "account_not_found"),
-        ({"model": "unpriced-model"}, 503, "pricing_unavailable"),
+        ({"model": "unknown-model"}, 404, "model_not_found"),
+        ({"model": "gemini-3.5-flash"}, 503, "pricing_unavailable"),  # known, deliberately unpriced
         ({"max_output_tokens": 501}, 422, "model_limit_exceeded"),
         ({"price_version": "v999999"}, 404, "price_version_not_found"),
         ({"ttl_seconds": 0}, 422, "validation_error"),

@@ -147,7 +147,9 @@ def test_quotes_follow_the_contract_example(client: TestClient[Any], contract_ve
     assert quote(client, {**base, "usage": {"prompt_tokens": 1}}).json()["error"]["code"] == "usage_invalid"
     both = quote(client, {**base, "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "n": 2})
     assert both.status_code == 422
-    assert quote(client, {**base, "model": "nope"}).status_code == 503
+    unknown = quote(client, {**base, "model": "nope"})
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "model_not_found"
     assert (
         quote(client, {**base, "max_output_tokens": 128001}).json()["error"]["code"] == "model_limit_exceeded"
     )

@@ -2,7 +2,9 @@
 sequences over several accounts, against a plain Python model of the rules.
 
 Prices (a currency of its own): input 2, output 10 per 1M, max input 1000, max
-output 500. The model computes every amount itself with exact Decimals, and after
+output 500. Usage above those limits (prompt > 1000, completion > 500 x n) is
+refused with 422, and a hold with usage seen cannot be released (409). The model
+computes every amount itself with exact Decimals, and after
 each step checks balance, held and available of every account, the state of every
 hold, and (at teardown) the whole-ledger integrity check.
 """
@@ -36,6 +38,7 @@ def charge(p: int, c: int) -> Decimal:
 class ModelHold:
     account: str
     amount: Decimal
+    n: int = 1
     state: str = "open"
     seen: tuple[int, int] | None = None
     settled_with: tuple[int, int] | None = None
@@ -104,7 +107,7 @@ class HoldMachine(RuleBasedStateMachine):
             assert r.status_code == 201, r.text
             assert Decimal(r.json()["amount"]) == amount
             hold_id: str = r.json()["id"]
-            self.model_holds[hold_id] = ModelHold(account_id, amount)
+            self.model_holds[hold_id] = ModelHold(account_id, amount, n)
             acct.held += amount
             return hold_id
         assert r.status_code == 402, r.text
@@ -114,6 +117,10 @@ class HoldMachine(RuleBasedStateMachine):
     def _usage(self, p: int, c: int) -> dict[str, Any]:
         return {"usage": {"prompt_tokens": p, "completion_tokens": c}}
 
+    @staticmethod
+    def _over_limits(h: ModelHold, p: int, c: int) -> bool:
+        return p > 1000 or c > 500 * h.n
+
     @rule(hold=holds, p=st.integers(0, 1500), c=st.integers(0, 1500))
     def checkpoint(self, hold: str, p: int, c: int) -> None:
         if hold == "none":
@@ -122,6 +129,9 @@ class HoldMachine(RuleBasedStateMachine):
         r = self.client.post(f"/v1/holds/{hold}/usage", json=self._usage(p, c), headers=auth(GATEWAY))
         if h.state != "open":
             assert r.status_code == 409
+        elif self._over_limits(h, p, c):
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] == "model_limit_exceeded"
         elif h.seen is not None and (p < h.seen[0] or c < h.seen[1]):
             assert r.status_code == 422
             assert r.json()["error"]["code"] == "usage_invalid"
@@ -140,6 +150,9 @@ class HoldMachine(RuleBasedStateMachine):
         if h.state in ("settled", "released"):
             assert r.status_code == 409
             return
+        if with_usage and self._over_limits(h, base[0] + dp, base[1] + dc):
+            assert r.status_code == 422, r.text
+            return
         assert r.status_code == 200, r.text
         h.state = "interrupted"
         if with_usage:
@@ -152,7 +165,10 @@ class HoldMachine(RuleBasedStateMachine):
         h = self.model_holds[hold]
         acct = self.accounts[h.account]
         r = self.client.post(f"/v1/holds/{hold}/settle", json=self._usage(p, c), headers=auth(GATEWAY))
-        if h.state in ("open", "interrupted"):
+        if h.state in ("open", "interrupted") and self._over_limits(h, p, c):
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] == "model_limit_exceeded"
+        elif h.state in ("open", "interrupted"):
             assert r.status_code == 200, r.text
             x = charge(p, c)
             assert Decimal(r.json()["charge"]["amount"]) == x
@@ -171,7 +187,9 @@ class HoldMachine(RuleBasedStateMachine):
             return
         h = self.model_holds[hold]
         r = self.client.post(f"/v1/holds/{hold}/release", headers=auth(GATEWAY))
-        if h.state in ("open", "interrupted"):
+        if h.state in ("open", "interrupted") and h.seen is not None:
+            assert r.status_code == 409, r.text  # usage was seen: settle instead
+        elif h.state in ("open", "interrupted"):
             assert r.status_code == 200, r.text
             self.accounts[h.account].held -= h.amount
             h.state = "released"

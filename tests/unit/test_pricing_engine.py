@@ -17,6 +17,7 @@ from pricing.engine import (
     ChargeLine,
     charge_from_builtins,
     charge_to_builtins,
+    check_usage_limits,
     compute_charge,
     reservation_from_builtins,
     reservation_to_builtins,
@@ -380,3 +381,21 @@ def test_charge_and_line_shapes() -> None:
             ChargeLine("output", 2, Decimal(15), Decimal("0.00003")),
         ),
     )
+
+
+def test_usage_above_the_model_limits_is_refused() -> None:
+    """`plain`: max input 100,000, max output 4,000 (per completion)."""
+    price = DOC.model("plain")
+    check_usage_limits(price, parse_usage({"prompt_tokens": 100000, "completion_tokens": 4000}), n=1)
+    check_usage_limits(price, parse_usage({"prompt_tokens": 0, "completion_tokens": 12000}), n=3)
+    cases = [
+        ({"prompt_tokens": 100001, "completion_tokens": 0}, 1, "usage.prompt_tokens"),
+        ({"prompt_tokens": 10**12, "completion_tokens": 1}, 1, "usage.prompt_tokens"),
+        ({"prompt_tokens": 1, "completion_tokens": 4001}, 1, "usage.completion_tokens"),
+        ({"prompt_tokens": 1, "completion_tokens": 12001}, 3, "usage.completion_tokens"),
+    ]
+    for raw, n, param in cases:
+        with pytest.raises(ModelLimitExceeded) as info:
+            check_usage_limits(price, parse_usage(raw), n=n)
+        assert info.value.param == param
+        assert info.value.message.startswith(param + ": ")

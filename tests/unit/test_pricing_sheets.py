@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pricing.bundled import SHEETS_DIR, bundled_document, bundled_sheet_paths, load_sheet, merge_documents
+from pricing.bundled import (
+    SHEETS_DIR,
+    UNPRICED_MODELS,
+    bundled_document,
+    bundled_sheet_paths,
+    load_sheet,
+    merge_documents,
+)
 from pricing.document import parse_price_document
 from pricing.engine import compute_charge, size_reservation
 from pricing.errors import PriceDocumentInvalid
@@ -48,6 +55,15 @@ def test_sheets_readme_names_every_bundled_and_left_out_model() -> None:
         assert f"| {name} |" in readme
     for name in CATALOG - set(merged.model_names()):
         assert f"| {name} |" in readme
+
+
+def test_deliberately_unpriced_models_are_the_readmes_left_out_ones() -> None:
+    """The ledger counts these as known (503, not 404): they must be exactly the catalog's
+    models the sheets leave out, each listed in the README's "Left out" table."""
+    left_out = (SHEETS_DIR / "README.md").read_text().split("## Left out", 1)[1]
+    assert set(UNPRICED_MODELS) == CATALOG - set(bundled_document().model_names())
+    for name in UNPRICED_MODELS:
+        assert f"| {name} |" in left_out
 
 
 @dataclass(frozen=True)
