@@ -8,8 +8,8 @@ configuration table lists every variable below; keep the two in step.
 from __future__ import annotations
 
 import os
-from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
@@ -63,6 +63,9 @@ class Settings:
     # Seconds between reconcile ticks; 0 means "use reconcile_cron". Embedded mode
     # defaults to 5 so a development server resolves orphaned holds within seconds.
     reconcile_interval_seconds: int = 0
+    # Largest request body accepted (bytes); larger is 413 `payload_too_large`. A price
+    # document, the largest body, is a few KiB.
+    max_body_bytes: int = 1_048_576
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -172,4 +175,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         reconcile_interval_seconds=_int(
             env, "LEDGER_RECONCILE_INTERVAL_SECONDS", 0 if database_url else EMBEDDED_RECONCILE_INTERVAL
         ),
+        max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),
     )
