@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
@@ -19,8 +19,12 @@ from ledger.accounts.schemas import (
 from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
+from ledger.http.query import time_range, utc
 from ledger.http.request import actor_of
-from ledger.schemas import Page, as_utc
+from ledger.schemas import Page
+
+# The journal transaction kinds (journal.repository.KINDS); anything else is 422 `kind`.
+JournalKind = Literal["deposit", "adjustment", "reserve", "settle", "release", "true_up"]
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
 Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
@@ -56,7 +60,7 @@ class AdminAccountController(Controller):
         account_id: str,
         as_of: Annotated[datetime | None, Parameter(default=None)],
     ) -> Balance:
-        return await service(request).balance(account_id, as_utc(as_of) if as_of else None)
+        return await service(request).balance(account_id, utc(as_of, param="as_of"))
 
     @post("/{account_id:str}/deposits", opt={"role": "finance"}, summary="Deposit (idempotent)")
     async def deposit(
@@ -76,9 +80,19 @@ class AdminAccountController(Controller):
 
     @get("/{account_id:str}/transactions", summary="The account's journal, newest first")
     async def transactions(
-        self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
+        self,
+        request: Request[Any, Any, Any],
+        account_id: str,
+        limit: Limit,
+        cursor: Cursor,
+        kind: Annotated[JournalKind | None, Parameter(default=None)],
+        since: Annotated[datetime | None, Parameter(query="from", default=None)],
+        until: Annotated[datetime | None, Parameter(query="to", default=None)],
     ) -> Page:
-        return await service(request).journal(account_id, cursor=cursor, limit=limit)
+        lo, hi = time_range(since, until)
+        return await service(request).journal(
+            account_id, cursor=cursor, limit=limit, kind=kind, since=lo, until=hi
+        )
 
 
 class GatewayAccountController(Controller):
