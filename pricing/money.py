@@ -103,7 +103,7 @@ def tokens_cost(tokens: int, rate: Decimal) -> Decimal:
 
 def storable(value: Decimal) -> bool:
     """Whether a balance (or any amount) fits NUMERIC(38, 12): |value| < 10^26."""
-    return abs(value) < STORABLE_LIMIT
+    return value.copy_abs() < STORABLE_LIMIT  # abs() would round to the 28-digit context
 
 
 def check_storable(value: Decimal, *, what: str = "amount") -> Decimal:

@@ -225,7 +225,11 @@ class AccountService:
                 kind=kind,
                 account_id=account_id,
                 currency=currency,
-                legs=[PostingLeg(counterpart(currency), -amount), PostingLeg(account_id, amount)],
+                # copy_negate is exact; unary minus rounds to the 28-digit default context
+                legs=[
+                    PostingLeg(counterpart(currency), amount.copy_negate()),
+                    PostingLeg(account_id, amount),
+                ],
                 actor=actor.identity,
                 reference=reference,
                 reason=reason,
