@@ -19,6 +19,7 @@ from ledger.accounts.service import AccountService
 from ledger.db import make_engine
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
 from ledger.holds.service import HoldService
+from ledger.http.admission import admit
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.middleware import request_context_middleware
@@ -79,6 +80,10 @@ def create_app(
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         exception_handlers={Exception: handle_exception},
+        # Every handler gets the admission checks (query keys, NUL, content type, JSON
+        # screening); no layer below the app may set its own before_request hook.
+        before_request=admit,
+        request_max_body_size=settings.max_body_bytes,
         middleware=[request_context_middleware],
         openapi_config=openapi_config(
             title="ledger",

@@ -71,6 +71,9 @@ class Settings:
     migration_database_url: str | None = None
     # When set, `ledger migrate` grants this role the service's privileges after upgrading.
     service_role: str | None = None
+    # Largest request body accepted (bytes); larger is 413 `payload_too_large`. A price
+    # document, the largest body, is a few KiB.
+    max_body_bytes: int = 1_048_576
     extra: dict[str, str] = field(default_factory=dict)
     # Key that signs finance-console session cookies. None: a random key per process
     # start (sessions end at restart and are not shared between processes).
@@ -194,4 +197,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         ),
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
+        max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),
     )

@@ -4,7 +4,10 @@ Invariants kept here:
 - no float ever becomes an amount (floats and bools are refused outright);
 - amounts are plain decimal strings on the wire ("0.000316", never "3.16E-4");
 - the ledger is exact to 10^-12 of the currency unit and stores NUMERIC(38, 12),
-  so an amount has at most 12 decimal places and 26 integer digits;
+  so an amount has at most 12 decimal places and 26 integer digits, and so must
+  every balance an amount is added to (`check_storable`);
+- arithmetic on amounts uses the EXACT context (80 digits), never Python's default
+  28-digit context, which would round a 38-digit balance silently;
 - rates are USD per 1,000,000 tokens with at most 6 decimal places, so
   tokens x rate / 10^6 has at most 12 places and needs no rounding.
 """
@@ -23,6 +26,9 @@ TOKENS_PER_RATE_UNIT = 1_000_000
 
 # Wide enough that no product or sum of ledger amounts is ever rounded.
 EXACT = Context(prec=80, traps=[InvalidOperation, DivisionByZero, Overflow])
+
+# Every stored amount and balance is NUMERIC(38, 12): its magnitude must stay below this.
+STORABLE_LIMIT = Decimal(10) ** INTEGER_DIGITS
 
 _PLAIN_DECIMAL = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$")
 
@@ -93,6 +99,18 @@ def tokens_cost(tokens: int, rate: Decimal) -> Decimal:
     if cost != cost.quantize(QUANTUM, context=EXACT):
         raise AmountError("cost is not exact at 10^-12; the rate has too many decimal places")
     return cost
+
+
+def storable(value: Decimal) -> bool:
+    """Whether a balance (or any amount) fits NUMERIC(38, 12): |value| < 10^26."""
+    return value.copy_abs() < STORABLE_LIMIT  # abs() would round to the 28-digit context
+
+
+def check_storable(value: Decimal, *, what: str = "amount") -> Decimal:
+    """Refuse a resulting balance or sum that the ledger could not store."""
+    if not storable(value):
+        raise AmountError(f"{what} would be {format_amount(value)}, beyond the ledger's range (|x| < 10^26)")
+    return value
 
 
 def add(*values: Decimal) -> Decimal:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, get, patch, post
 from litestar.params import Parameter
@@ -24,10 +24,14 @@ from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
+from ledger.http.query import time_range, utc
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
-from ledger.schemas import Page, as_utc
+from ledger.schemas import Page
+
+# The journal transaction kinds (journal.repository.KINDS); anything else is 422 `kind`.
+JournalKind = Literal["deposit", "adjustment", "reserve", "settle", "release", "true_up"]
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
 Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
@@ -118,7 +122,7 @@ class AdminAccountController(Controller):
         account_id: str,
         as_of: Annotated[datetime | None, Parameter(default=None)],
     ) -> Balance:
-        return await service(request).balance(account_id, as_utc(as_of) if as_of else None)
+        return await service(request).balance(account_id, utc(as_of, param="as_of"))
 
     @post(
         "/{account_id:str}/deposits",
@@ -154,9 +158,19 @@ class AdminAccountController(Controller):
         responses=refusals(GUARDED, 404),
     )
     async def transactions(
-        self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
+        self,
+        request: Request[Any, Any, Any],
+        account_id: str,
+        limit: Limit,
+        cursor: Cursor,
+        kind: Annotated[JournalKind | None, Parameter(default=None)],
+        since: Annotated[datetime | None, Parameter(query="from", default=None)],
+        until: Annotated[datetime | None, Parameter(query="to", default=None)],
     ) -> Page:
-        return await service(request).journal(account_id, cursor=cursor, limit=limit)
+        lo, hi = time_range(since, until)
+        return await service(request).journal(
+            account_id, cursor=cursor, limit=limit, kind=kind, since=lo, until=hi
+        )
 
 
 class GatewayAccountController(Controller):

@@ -37,12 +37,13 @@ from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountExists, AccountNotFound, ValidationFailed
+from ledger.http.query import id_cursor
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg as PostingLeg
 from ledger.journal.postings import adjustments_account, funding_account
 from ledger.metrics import MONEY_MOVEMENTS
 from ledger.schemas import MAX_METADATA_BYTES, Page, iso
-from pricing.money import AmountError, format_amount, parse_amount
+from pricing.money import EXACT, AmountError, check_storable, format_amount, parse_amount
 
 MONEY_SCOPE = "money"
 # NUMERIC(38, 12) holds |x| < 10^26: refuse larger limits as a 422, not a database error.
@@ -56,8 +57,13 @@ def parse_money(value: str, *, param: str) -> Decimal:
         raise ValidationFailed(str(error), param=param) from error
 
 
+def available_of(balance: Decimal, credit_limit: Decimal, held: Decimal) -> Decimal:
+    """balance + credit_limit - held, exactly (a 38-digit balance exceeds the default 28-digit context)."""
+    return EXACT.subtract(EXACT.add(balance, credit_limit), held)
+
+
 def account_view(row: Any) -> Account:
-    available = row.balance + row.credit_limit - row.held
+    available = available_of(row.balance, row.credit_limit, row.held)
     return Account(
         account_id=row.id,
         currency=row.currency.strip(),
@@ -168,7 +174,7 @@ class AccountService:
             currency=row.currency.strip(),
             balance=format_amount(balance),
             held=format_amount(held),
-            available=format_amount(balance + row.credit_limit - held),
+            available=format_amount(available_of(balance, row.credit_limit, held)),
             credit_limit=format_amount(row.credit_limit),
             as_of=iso(as_of),
         )
@@ -325,12 +331,21 @@ class AccountService:
             )
             if previous is not None:
                 return await self._replay(conn, account_id, previous, key), False
+            try:
+                # The account row is locked: nothing else moves this balance until commit.
+                check_storable(EXACT.add(account.balance, amount), what="the resulting balance")
+            except AmountError as error:
+                raise ValidationFailed(str(error), param="amount") from error
             posted = await journal.post(
                 conn,
                 kind=kind,
                 account_id=account_id,
                 currency=currency,
-                legs=[PostingLeg(counterpart(currency), -amount), PostingLeg(account_id, amount)],
+                # copy_negate is exact; unary minus rounds to the 28-digit default context
+                legs=[
+                    PostingLeg(counterpart(currency), amount.copy_negate()),
+                    PostingLeg(account_id, amount),
+                ],
                 actor=actor.identity,
                 reference=reference,
                 reason=reason,
@@ -402,16 +417,24 @@ class AccountService:
             reason=row.reason,
         )
 
-    async def journal(self, account_id: str, *, cursor: str | None, limit: int) -> Page:
-        before: int | None = None
-        if cursor is not None:
-            if not cursor.isdigit():
-                raise ValidationFailed("cursor is not one this service issued", param="cursor")
-            before = int(cursor)
+    async def journal(
+        self,
+        account_id: str,
+        *,
+        cursor: str | None,
+        limit: int,
+        kind: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Page:
+        """Newest first, filtered by `kind` and [since, until); `balance_after` stays the running balance."""
+        before = id_cursor(cursor)
         async with read_only(self.engine) as conn:
             if await repository.get(conn, account_id) is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
-            rows, legs = await journal.account_journal(conn, account_id, before=before, limit=limit + 1)
+            rows, legs = await journal.account_journal(
+                conn, account_id, before=before, limit=limit + 1, kind=kind, since=since, until=until
+            )
         more = len(rows) > limit
         rows = rows[:limit]
         data = [

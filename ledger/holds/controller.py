@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 
+from ledger.errors import ValidationFailed
 from ledger.holds.schemas import (
     AdminReleaseRequest,
     AdminSettleRequest,
@@ -22,9 +23,13 @@ from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
 from ledger.http.request import actor_of
+from ledger.ids import parse_uuid
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.schemas import Page
+
+# 100 years: any larger age would reach before year 1 (a 500 from datetime arithmetic).
+MAX_AGE_SECONDS = 100 * 366 * 86400
 
 HoldState = Literal["open", "interrupted", "settled", "released"]
 
@@ -113,10 +118,12 @@ class AdminHoldController(Controller):
         request: Request[Any, Any, Any],
         hold_state: Annotated[HoldState | None, Parameter(query="state", default=None)],
         account_id: Annotated[str | None, Parameter(default=None)],
-        older_than_seconds: Annotated[int | None, Parameter(default=None, ge=0)],
+        older_than_seconds: Annotated[int | None, Parameter(default=None, ge=0, le=MAX_AGE_SECONDS)],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
         cursor: Annotated[str | None, Parameter(default=None)],
     ) -> Page:
+        if cursor is not None and parse_uuid(cursor) is None:
+            raise ValidationFailed("cursor is not one this service issued", param="cursor")
         older_than = (
             datetime.now(UTC) - timedelta(seconds=older_than_seconds)
             if older_than_seconds is not None

@@ -5,7 +5,8 @@
   roles ordered viewer < finance < admin; a handler states its minimum role in
   `opt={"role": ...}` (default viewer).
 
-A missing or unknown token is 401; a known token on the wrong surface, or a role
+A missing or unknown token is 401 (the token is compared exactly as sent: no
+whitespace is trimmed); a known token on the wrong surface, or a role
 too low, is 403. Tokens are compared as SHA-256 digests with `hmac.compare_digest`
 against every configured token (no early exit), and only a short fingerprint of a
 token ever reaches logs or the audit log.
@@ -65,10 +66,12 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     header = connection.headers.get("authorization")
     if not header:
         raise Unauthorized("missing bearer token")
+    # Exactly "Bearer <token>": the token is compared as sent, so "Bearer fin " (or a
+    # tab, or two spaces) is not the token "fin".
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if scheme.lower() != "bearer" or not token:
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-    return token.strip()
+    return token
 
 
 def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:

@@ -22,7 +22,8 @@ from litestar.exceptions import (
 )
 
 from ledger import errors
-from ledger.db import is_unreachable
+from ledger.db import is_unreachable, sqlstate
+from ledger.http.admission import query_key
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,7 @@ def _validation_param(exc: ValidationException) -> tuple[str | None, str]:
     return (str(key) if key and key != "data" else None), message or cause or "validation failed"
 
 
-def translate(exc: Exception) -> errors.LedgerError:
+def translate(exc: Exception, *, body_limit: int | None = None) -> errors.LedgerError:
     if isinstance(exc, errors.LedgerError):
         return exc
     if isinstance(exc, ValidationException):
@@ -78,6 +79,11 @@ def translate(exc: Exception) -> errors.LedgerError:
     if isinstance(exc, MethodNotAllowedException):
         return errors.MethodNotAllowed("method not allowed on this route")
     if isinstance(exc, HTTPException):
+        if exc.status_code == 413:
+            limit = f" of {body_limit} bytes" if body_limit else ""
+            return errors.PayloadTooLarge(f"request body is larger than the limit{limit}")
+        if exc.status_code == 415:
+            return errors.UnsupportedMediaType("a request body must be JSON (Content-Type: application/json)")
         if exc.status_code == 400:
             detail = str(exc.detail or "malformed request body")
             return errors.InvalidJson(f"request body is not valid JSON: {detail}")
@@ -86,11 +92,23 @@ def translate(exc: Exception) -> errors.LedgerError:
         return err
     if is_unreachable(exc):
         return errors.DatabaseUnavailable("the database cannot be reached")
+    if isinstance(exc, RecursionError):
+        return errors.InvalidJson("request is nested too deeply")
+    if (state := sqlstate(exc)) and state.startswith("22"):
+        # Backstop, not the rule: inputs are checked (with `param`) before they reach SQL.
+        # A data exception (numeric overflow, out-of-range timestamp, bad text) that still
+        # gets through is the caller's input out of the storable range, never a 500.
+        log.warning("request.data_exception", sqlstate=state, exc_info=exc)
+        return errors.ValidationFailed("a value is outside the range the ledger can store")
     return errors.LedgerError("internal error")
 
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    error = translate(exc)
+    settings = getattr(request.app.state, "settings", None)
+    error = translate(exc, body_limit=getattr(settings, "max_body_bytes", None))
+    if isinstance(exc, ValidationException) and error.param:
+        # Litestar names a query parameter by its Python name; the caller sent its alias.
+        error.param = query_key(request, error.param)
     if error.status >= 500:
         log.error("request.failed", code=error.code, path=request.url.path, exc_info=exc)
     return error_response(error)

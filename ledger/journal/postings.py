@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
+from pricing.money import add
+
 Book = Literal["main", "hold"]
 REVENUE_SHARDS = 16
 
@@ -48,4 +50,5 @@ def system_accounts(currency: str) -> list[str]:
 
 
 def balanced(legs: list[Leg]) -> bool:
-    return sum((leg.amount for leg in legs), Decimal(0)) == 0
+    # Exact sum: sum() in the default 28-digit context would round 38-digit amounts.
+    return add(*(leg.amount for leg in legs)) == 0

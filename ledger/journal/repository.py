@@ -93,12 +93,19 @@ async def post(
     )
 
 
+# Journal transaction kinds (the CHECK constraint on journal_transactions.kind).
+KINDS = ("deposit", "adjustment", "reserve", "settle", "release", "true_up")
+
 _ACCOUNT_JOURNAL = text(
     """
     WITH page AS (
-      SELECT DISTINCT transaction_id FROM journal_entries
-       WHERE account_id = :account_id AND transaction_id < :before
-       ORDER BY transaction_id DESC LIMIT :limit
+      SELECT DISTINCT e.transaction_id FROM journal_entries e
+        JOIN journal_transactions t ON t.id = e.transaction_id
+       WHERE e.account_id = :account_id AND e.transaction_id < :before
+         AND (CAST(:kind AS text) IS NULL OR t.kind = :kind)
+         AND (CAST(:since AS timestamptz) IS NULL OR t.created_at >= :since)
+         AND (CAST(:until AS timestamptz) IS NULL OR t.created_at < :until)
+       ORDER BY e.transaction_id DESC LIMIT :limit
     )
     SELECT t.id, t.kind, t.hold_id, t.reference, t.reason, t.actor, t.created_at,
            sum(e.amount) AS amount,
@@ -120,14 +127,25 @@ _TRANSACTION_LEGS = text(
 
 
 async def account_journal(
-    conn: AsyncConnection, account_id: str, *, before: int | None, limit: int
+    conn: AsyncConnection,
+    account_id: str,
+    *,
+    before: int | None,
+    limit: int,
+    kind: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> tuple[list[Any], dict[int, list[Any]]]:
-    rows = (
-        await conn.execute(
-            _ACCOUNT_JOURNAL,
-            {"account_id": account_id, "before": before if before is not None else 2**63 - 1, "limit": limit},
-        )
-    ).all()
+    """The account's journal transactions, newest first; optionally one kind, in [since, until)."""
+    params = {
+        "account_id": account_id,
+        "before": before if before is not None else 2**63 - 1,
+        "limit": limit,
+        "kind": kind,
+        "since": since,
+        "until": until,
+    }
+    rows = (await conn.execute(_ACCOUNT_JOURNAL, params)).all()
     legs: dict[int, list[Any]] = {}
     if rows:
         for leg in (await conn.execute(_TRANSACTION_LEGS, {"ids": [r.id for r in rows]})).all():

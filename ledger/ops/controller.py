@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, get
 from litestar.params import Parameter
@@ -11,14 +12,44 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledger.audit import repository as audit
 from ledger.db import current_revision, head_revision, read_only
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import DatabaseUnavailable, ValidationFailed
 from ledger.http.auth import admin_guard
+from ledger.http.query import id_cursor, time_range
 from ledger.integrity import service as integrity
 from ledger.metrics import render
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, refusals
 from ledger.reconciliation import gauges
 from ledger.schemas import Page, iso
+
+# audit.repository.ACTIONS as a type, so an unknown action is 422 `action`.
+AuditAction = Literal[
+    "account.create",
+    "account.deposit",
+    "account.adjustment",
+    "hold.settle",
+    "hold.release",
+    "prices.publish",
+    "prices.refresh",
+    "prices.seed",
+    "reconciliation.run",
+]
+_ACTOR_ROLES = ("viewer", "finance", "admin")
+_BARE_IDENTITIES = ("cli", "reconciler")  # ledger.context's actors without a token
+
+
+def actor_filter(actor: str | None) -> tuple[str | None, str | None]:
+    """(identity, role): `role:fingerprint`, `cli` or `reconciler` match the identity exactly,
+    a role name alone matches every token of that role; anything else is 422, not an empty page."""
+    if actor is None or ":" in actor or actor in _BARE_IDENTITIES:
+        return actor, None
+    if actor in _ACTOR_ROLES:
+        return None, actor
+    raise ValidationFailed(
+        "actor must be an identity as recorded (e.g. 'finance:3f2a9c1b7d20', 'cli', 'reconciler') "
+        f"or a role ({', '.join(_ACTOR_ROLES)})",
+        param="actor",
+    )
 
 
 def engine_of(request: Request[Any, Any, Any]) -> AsyncEngine:
@@ -97,13 +128,36 @@ class AdminOpsController(Controller):
     async def audit_log(
         self,
         request: Request[Any, Any, Any],
-        target: Annotated[str | None, Parameter(default=None)],
+        target: Annotated[str | None, Parameter(default=None, max_length=500)],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
         cursor: Annotated[str | None, Parameter(default=None)],
+        action: Annotated[AuditAction | None, Parameter(default=None)],
+        actor: Annotated[
+            str | None,
+            Parameter(
+                default=None,
+                max_length=200,
+                description="an identity as recorded (`finance:3f2a9c1b7d20`), or a role alone (`finance`)",
+            ),
+        ],
+        since: Annotated[datetime | None, Parameter(query="from", default=None)],
+        until: Annotated[datetime | None, Parameter(query="to", default=None)],
     ) -> Page:
-        before = int(cursor) if cursor and cursor.isdigit() else None
+        before = id_cursor(cursor)
+        lo, hi = time_range(since, until)
+        identity, role = actor_filter(actor)
         async with read_only(engine_of(request)) as conn:
-            rows = await audit.list_entries(conn, target=target, before=before, limit=limit + 1)
+            rows = await audit.list_entries(
+                conn,
+                target=target,
+                before=before,
+                limit=limit + 1,
+                action=action,
+                actor=identity,
+                role=role,
+                since=lo,
+                until=hi,
+            )
         more = len(rows) > limit
         rows = rows[:limit]
         data = [

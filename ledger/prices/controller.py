@@ -61,7 +61,7 @@ class AdminPriceController(Controller):
         self,
         request: Request[Any, Any, Any],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
-        cursor: Annotated[str | None, Parameter(default=None)],
+        cursor: Annotated[str | None, Parameter(default=None, pattern=r"^v[0-9]{1,18}$")],
     ) -> Page:
         data, next_cursor = await service(request).list(cursor=cursor, limit=limit)
         return Page(data=data, next_cursor=next_cursor)

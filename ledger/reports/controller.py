@@ -15,9 +15,9 @@ from litestar.response import Stream
 
 from ledger.errors import ValidationFailed
 from ledger.http.auth import admin_guard
+from ledger.http.query import utc
 from ledger.reports.repository import GroupBy
 from ledger.reports.service import ReportService, revenue_csv
-from ledger.schemas import as_utc
 
 # Timestamps are taken as text and parsed here, so that a bad one is a 422 naming the
 # query parameter as the caller wrote it (`from`, a Python keyword, cannot be an argument).
@@ -47,9 +47,10 @@ def timestamp(value: str | None, param: str) -> datetime | None:
     if value is None:
         return None
     try:
-        return as_utc(datetime.fromisoformat(value))
+        parsed = datetime.fromisoformat(value)
     except ValueError as error:
         raise ValidationFailed(f"{param} is not an ISO 8601 timestamp", param=param) from error
+    return utc(parsed, param=param)
 
 
 class AdminReportController(Controller):

@@ -186,10 +186,18 @@ def test_deposit_and_adjustment_refusals_change_nothing(client: TestClient[Any],
         r = client.post(f"/admin/v1/accounts/{account_id}/{path}", json=body, headers=auth(FINANCE))
         assert r.status_code == status, (body, r.text)
         assert r.json()["error"]["param"] == param, (body, r.json())
-    r = client.post(f"/admin/v1/accounts/{account_id}/deposits", content=b"{not json", headers=auth(FINANCE))
+    r = client.post(
+        f"/admin/v1/accounts/{account_id}/deposits",
+        content=b"{not json",
+        headers={**auth(FINANCE), "Content-Type": "application/json"},
+    )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json"
-    r = client.post(f"/admin/v1/accounts/{account_id}/deposits", content=b"", headers=auth(FINANCE))
+    r = client.post(
+        f"/admin/v1/accounts/{account_id}/deposits",
+        content=b"",
+        headers={**auth(FINANCE), "Content-Type": "application/json"},
+    )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json"
     missing = client.post(

@@ -189,7 +189,12 @@ def test_reserve_refusals(client: TestClient[Any], world: dict[str, Any]) -> Non
         r = client.post("/v1/holds", json=body, headers=auth(GATEWAY))
         assert r.status_code == status, (fields, r.text)
         assert r.json()["error"]["code"] == code, (fields, r.json())
-    assert client.post("/v1/holds", content=b"{", headers=auth(GATEWAY)).status_code == 400
+    assert (
+        client.post(
+            "/v1/holds", content=b"{", headers={**auth(GATEWAY), "Content-Type": "application/json"}
+        ).status_code
+        == 400
+    )
     # a currency with no price version at all
     r = client.post(
         "/admin/v1/accounts",

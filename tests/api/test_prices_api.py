@@ -85,7 +85,11 @@ def test_refused_documents_publish_nothing(client: TestClient[Any], change: Any,
         client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER)).json()["data"]
     )
     assert after == before
-    bad = client.post("/admin/v1/price-versions", content=b"{nope", headers=auth(FINANCE))
+    bad = client.post(
+        "/admin/v1/price-versions",
+        content=b"{nope",
+        headers={**auth(FINANCE), "Content-Type": "application/json"},
+    )
     assert bad.status_code == 400
 
 
