@@ -144,8 +144,10 @@ def fresh_currency() -> str:
             return code
 
 
-def publish(client: TestClient[Any], document: dict[str, Any]) -> str:
-    r = client.post("/admin/v1/price-versions", json=document, headers=auth(FINANCE))
+def publish(client: TestClient[Any], document: dict[str, Any], *, replace: bool = False) -> str:
+    """Publish a price document; `replace` lets it drop models the active version prices."""
+    body = {**document, "replace": True} if replace else document
+    r = client.post("/admin/v1/price-versions", json=body, headers=auth(FINANCE))
     assert r.status_code == 201, r.text
     version: str = r.json()["version"]
     return version

@@ -13,36 +13,36 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_COLUMNS = "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason"
+COLUMNS = "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason"
 
 _INSERT = text(
     f"INSERT INTO accounts (id, kind, currency, credit_limit, metadata) "
     f"VALUES (:id, 'customer', :currency, :credit_limit, CAST(:metadata AS jsonb)) "
-    f"ON CONFLICT (id) DO NOTHING RETURNING {_COLUMNS}"
+    f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}"
 )
-_GET = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer'")
-_LOCK = text(f"SELECT {_COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer' FOR UPDATE")
+_GET = text(f"SELECT {COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer'")
+_LOCK = text(f"SELECT {COLUMNS} FROM accounts WHERE id = :id AND kind = 'customer' FOR UPDATE")
 # `below_zero`: no index on balance on purpose (an index on a column that every posting
 # updates would end HOT updates of the account row on the hot path); this walks the
 # primary key and filters, which is fine for an admin list.
 # `review`: None lists every account, true only those marked for review, false the others.
 _LIST = text(
-    f"SELECT {_COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after "
+    f"SELECT {COLUMNS} FROM accounts WHERE kind = 'customer' AND id > :after "
     "AND (NOT CAST(:below_zero AS boolean) OR balance < 0) "
     "AND (CAST(:review AS boolean) IS NULL OR (review IS NOT NULL) = CAST(:review AS boolean)) "
     "ORDER BY id LIMIT :limit"
 )
 _UPDATE_TERMS = text(
     f"UPDATE accounts SET credit_limit = :credit_limit, metadata = CAST(:metadata AS jsonb) "
-    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
+    f"WHERE id = :id AND kind = 'customer' RETURNING {COLUMNS}"
 )
 _FREEZE = text(
     f"UPDATE accounts SET frozen_at = now(), frozen_reason = :reason "
-    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
+    f"WHERE id = :id AND kind = 'customer' RETURNING {COLUMNS}"
 )
 _UNFREEZE = text(
     f"UPDATE accounts SET frozen_at = NULL, frozen_reason = NULL "
-    f"WHERE id = :id AND kind = 'customer' RETURNING {_COLUMNS}"
+    f"WHERE id = :id AND kind = 'customer' RETURNING {COLUMNS}"
 )
 
 

@@ -21,6 +21,9 @@ _INSERT = text(
 
 ACTIONS = (
     "account.create",
+    "account.update",
+    "account.freeze",
+    "account.unfreeze",
     "account.deposit",
     "account.adjustment",
     "hold.settle",

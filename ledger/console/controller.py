@@ -143,6 +143,7 @@ class ConsoleLoginController(Controller):
     path = "/console"
     include_in_schema = False
     exception_handlers = HANDLERS
+    opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/login")
     async def login_form(self, request: Request[Any, Any, Any], next: Cursor = None) -> Template:
@@ -203,6 +204,7 @@ class ConsoleController(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
+    opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/")
     async def home(self) -> Redirect:

@@ -11,8 +11,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ledger.accounts.repository import COLUMNS
+
+# The same columns as the accounts API, so `accounts.service.view` renders a row.
 _SEARCH = text(
-    "SELECT id, currency, credit_limit, balance, held, metadata, created_at FROM accounts "
+    f"SELECT {COLUMNS} FROM accounts "
     "WHERE kind = 'customer' AND id > :after AND id ILIKE :pattern ESCAPE '\\' "
     "ORDER BY id LIMIT :limit"
 )

@@ -29,6 +29,7 @@ from litestar.openapi.spec import (
     Components,
     OpenAPI,
     OpenAPIMediaType,
+    OpenAPIResponse,
     OpenAPIType,
     Reference,
     RequestBody,
@@ -39,6 +40,7 @@ from litestar.router import Router
 from litestar.static_files import create_static_files_router
 
 from ledger.openapi import shapes
+from ledger.openapi.responses import CSV_MARK
 
 ASSETS = "/schema/assets"
 BEARER = "bearer"
@@ -170,4 +172,9 @@ def finish(openapi: OpenAPI) -> OpenAPI:
             responses = operation.responses or {}
             if "400" in responses and _is_litestar_400(responses["400"]):
                 del responses["400"]
+            ok = responses.get("200")
+            if isinstance(ok, OpenAPIResponse) and ok.description.endswith(CSV_MARK) and ok.content:
+                # `?format=csv` or `Accept: text/csv`: the same answer as CSV text.
+                ok.description = ok.description[: -len(CSV_MARK)]
+                ok.content["text/csv"] = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING))
     return openapi

@@ -85,6 +85,21 @@ def refusals(*groups: int | Iterable[int], notes: dict[int, str] | None = None) 
     }
 
 
+# Marks a 200 that `finish` also documents as `text/csv` (ResponseSpec takes one media type).
+CSV_MARK = " [csv]"
+
+
+def csv_or_json(what: str) -> dict[int, ResponseSpec]:
+    """`responses=` entry for a report answered as JSON, or CSV with `?format=csv` / `Accept: text/csv`."""
+    return {
+        200: ResponseSpec(
+            data_container=dict[str, Any],
+            description=f"{what}: JSON, or CSV with ?format=csv or Accept: text/csv{CSV_MARK}",
+            generate_examples=False,
+        )
+    }
+
+
 def replay(
     data: Any, description: str = "the same request again: the original result"
 ) -> dict[int, ResponseSpec]:

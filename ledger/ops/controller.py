@@ -25,6 +25,9 @@ from ledger.schemas import Page, iso
 # audit.repository.ACTIONS as a type, so an unknown action is 422 `action`.
 AuditAction = Literal[
     "account.create",
+    "account.update",
+    "account.freeze",
+    "account.unfreeze",
     "account.deposit",
     "account.adjustment",
     "hold.settle",

@@ -16,6 +16,8 @@ from litestar.response import Stream
 from ledger.errors import ValidationFailed
 from ledger.http.auth import admin_guard
 from ledger.http.query import utc
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import GUARDED, csv_or_json, refusals
 from ledger.reports.repository import GroupBy
 from ledger.reports.service import ReportService, revenue_csv
 
@@ -56,11 +58,13 @@ def timestamp(value: str | None, param: str) -> datetime | None:
 class AdminReportController(Controller):
     path = "/admin/v1"
     guards = [admin_guard]
+    security = SECURITY
     tags = ["admin: reports"]
 
     @get(
         "/accounts/{account_id:str}/statement",
         summary="Statement for [from, to): opening, every entry, closing, totals by kind (JSON or CSV)",
+        responses={**csv_or_json("the statement"), **refusals(GUARDED, 404)},
     )
     async def statement(
         self, request: Request[Any, Any, Any], account_id: str, start_text: From, end_text: To, fmt: Format
@@ -76,7 +80,11 @@ class AdminReportController(Controller):
             headers={"Content-Disposition": f'attachment; filename="statement-{account_id}.csv"'},
         )
 
-    @get("/reports/revenue", summary="Revenue for [from, to) by model, account or day (JSON or CSV)")
+    @get(
+        "/reports/revenue",
+        summary="Revenue for [from, to) by model, account or day (JSON or CSV)",
+        responses={**csv_or_json("the revenue report"), **refusals(GUARDED)},
+    )
     async def revenue(
         self,
         request: Request[Any, Any, Any],

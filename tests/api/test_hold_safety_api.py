@@ -293,7 +293,7 @@ def test_a_model_missing_from_the_cached_active_version_rereads_it(
     publish(client, two_models(currency, "t-a", "t-b"))
     account_id = make_account("1", currency=currency)
     assert reserve(client, account_id, "t-a").status_code == 201  # caches the active version
-    publish(client, two_models(currency, "t-a"))  # t-b withdrawn
+    publish(client, two_models(currency, "t-a"), replace=True)  # t-b withdrawn
     r = reserve(client, account_id, "t-b")
     assert r.status_code == 503  # known (priced before), no valid price now
     assert r.json()["error"]["code"] == "pricing_unavailable"
@@ -339,7 +339,7 @@ def test_an_unknown_model_is_404_and_logs_no_traceback(
 def test_a_known_model_without_a_price_stays_503(client: TestClient[Any], make_account: Any) -> None:
     currency = fresh_currency()
     old = publish(client, two_models(currency, "t-a", "t-gone"))
-    publish(client, two_models(currency, "t-a"))
+    publish(client, two_models(currency, "t-a"), replace=True)
     account_id = make_account("1", currency=currency)
     for model in ("t-gone", "gemini-3.5-flash"):
         r = reserve(client, account_id, model)

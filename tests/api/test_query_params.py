@@ -60,6 +60,8 @@ def test_unknown_query_parameter_is_422_on_every_route(client: TestClient[Any], 
     routes = every_route(app)
     assert ("GET", "/admin/v1/accounts/{account_id:str}/transactions") in routes
     for method, path in routes:
+        if path.startswith("/console"):
+            continue  # HTML pages behind a session cookie: tests/console covers them
         url = concrete(path) + "?bogus=1"
         r = client.request(method, url, headers=token_for(path), json={} if method == "POST" else None)
         assert r.status_code == 422, (method, path, r.text)
