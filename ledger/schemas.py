@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from ledger.errors import ValidationFailed
+
 AccountId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$", max_length=128)]
 Currency = Annotated[str, Meta(pattern=r"^[A-Z]{3}$")]
 IdempotencyKey = Annotated[str, Meta(min_length=1, max_length=255)]
@@ -20,6 +22,12 @@ Metadata = dict[str, Any]
 PageLimit = Annotated[int, Meta(ge=1, le=500)]
 
 MAX_METADATA_BYTES = 16_384
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """Metadata (accounts, holds) is at most MAX_METADATA_BYTES as JSON; else 422 `metadata`."""
+    if len(msgspec.json.encode(metadata)) > MAX_METADATA_BYTES:
+        raise ValidationFailed(f"metadata is larger than {MAX_METADATA_BYTES} bytes", param="metadata")
 
 
 def iso(ts: datetime) -> str:

@@ -42,7 +42,7 @@ from ledger.journal import repository as journal
 from ledger.journal.postings import Leg as PostingLeg
 from ledger.journal.postings import adjustments_account, funding_account
 from ledger.metrics import MONEY_MOVEMENTS
-from ledger.schemas import MAX_METADATA_BYTES, Page, iso
+from ledger.schemas import Page, check_metadata, iso
 from pricing.money import EXACT, AmountError, check_storable, format_amount, parse_amount
 
 MONEY_SCOPE = "money"
@@ -105,11 +105,6 @@ def check_reason(reason: str) -> str:
     if not reason.strip():
         raise ValidationFailed("reason must not be blank", param="reason")
     return reason
-
-
-def check_metadata(metadata: dict[str, Any]) -> None:
-    if len(msgspec.json.encode(metadata)) > MAX_METADATA_BYTES:
-        raise ValidationFailed(f"metadata is larger than {MAX_METADATA_BYTES} bytes", param="metadata")
 
 
 async def require_locked(conn: AsyncConnection, account_id: str) -> Any:

@@ -56,7 +56,7 @@ from ledger.journal import repository as journal
 from ledger.journal.postings import Leg
 from ledger.metrics import MONEY_MOVEMENTS, OVERAGE_FLAGGED
 from ledger.prices.service import PriceService, size, translate_pricing_error
-from ledger.schemas import iso
+from ledger.schemas import check_metadata, iso
 from ledger.settings import Settings
 from pricing import errors as pricing_errors
 from pricing.document import ModelPrice
@@ -169,6 +169,7 @@ class HoldService:
         cached in-process; the statement re-checks the version under the account lock, and
         when a newer one has become active it writes nothing and we size again with it.
         """
+        check_metadata(body.metadata)
         digest = request_hash("reserve", body)
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
         pinned = body.price_version is not None

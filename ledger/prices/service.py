@@ -77,6 +77,7 @@ from pricing.document import (
 from pricing.engine import (
     Reservation,
     charge_to_builtins,
+    check_usage_limits,
     compute_charge,
     reservation_to_builtins,
     size_reservation,
@@ -495,7 +496,8 @@ class PriceService:
     # --- quoting -----------------------------------------------------------------
 
     async def quote(self, body: QuoteRequest) -> ChargeQuote | ReservationQuote:
-        sizing = (body.max_output_tokens, body.max_input_tokens, body.n)
+        # `n` may come with usage: the completion limit, as at settle, is n x the model's output.
+        sizing = (body.max_output_tokens, body.max_input_tokens)
         if body.usage is not None and any(v is not None for v in sizing):
             raise ValidationFailed("give either usage or the reservation fields, not both", param="usage")
         async with read_only(self.engine) as conn:
@@ -504,7 +506,9 @@ class PriceService:
             )
         if body.usage is not None:
             try:
-                charge = compute_charge(price, parse_usage(body.usage))
+                usage = parse_usage(body.usage)
+                check_usage_limits(price, usage, n=body.n or 1)  # a settle would refuse it too
+                charge = compute_charge(price, usage)
             except pricing_errors.PricingInputError as error:
                 raise translate_pricing_error(error) from error
             return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(charge))

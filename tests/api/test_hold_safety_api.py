@@ -355,3 +355,32 @@ def test_a_known_model_without_a_price_stays_503(client: TestClient[Any], make_a
     assert reserve(client, account_id, "t-simple").status_code == 404
     # pinned to the version that priced it, the withdrawn model still reserves
     assert reserve(client, account_id, "t-gone", price_version=old).status_code == 201
+
+
+def test_a_usage_quote_applies_the_settle_limits(client: TestClient[Any], world: dict[str, Any]) -> None:
+    """A quote answers what a settle would: usage a settle refuses is refused here too."""
+    limits = client.get(f"/admin/v1/price-versions/{world['version']}", headers=auth(VIEWER)).json()
+    model = limits["document"]["models"][0]
+    max_in, max_out = model["max_input_tokens"], model["max_output_tokens"]
+    body = {"model": "t-simple", "currency": world["currency"], "price_version": world["version"]}
+    for path, token in (("/v1/quotes", GATEWAY), ("/admin/v1/quotes", VIEWER)):
+        ok = client.post(path, json={**body, **usage(max_in, max_out)}, headers=auth(token))
+        assert ok.status_code == 200, ok.text
+        r = client.post(path, json={**body, **usage(max_in + 1, 0)}, headers=auth(token))
+        assert r.status_code == 422 and r.json()["error"]["code"] == "model_limit_exceeded", r.text
+        assert r.json()["error"]["param"] == "usage.prompt_tokens"
+        r = client.post(path, json={**body, **usage(0, 2 * max_out)}, headers=auth(token))
+        assert r.status_code == 422 and r.json()["error"]["param"] == "usage.completion_tokens", r.text
+        # n completions: as at settle, the output limit is n x the model's
+        r = client.post(path, json={**body, **usage(0, 2 * max_out), "n": 2}, headers=auth(token))
+        assert r.status_code == 200, r.text
+
+
+def test_hold_metadata_is_bounded_like_account_metadata(
+    client: TestClient[Any], world: dict[str, Any]
+) -> None:
+    before = balance(client, world["account"])
+    r = reserve(client, world["account"], metadata={"blob": "x" * 20_000})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "metadata", r.text
+    assert balance(client, world["account"]) == before
+    assert reserve(client, world["account"], metadata={"blob": "x" * 1_000}).status_code == 201

@@ -149,7 +149,9 @@ def test_quotes_follow_the_contract_example(client: TestClient[Any], contract_ve
     small = quote(client, {**base, "max_input_tokens": 1000, "max_output_tokens": 10}).json()
     assert small["reservation"]["amount"] == "0.00265"  # 1000 x 2.5 + 10 x 15
     assert quote(client, {**base, "usage": {"prompt_tokens": 1}}).json()["error"]["code"] == "usage_invalid"
-    both = quote(client, {**base, "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "n": 2})
+    both = quote(
+        client, {**base, "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "max_output_tokens": 2}
+    )
     assert both.status_code == 422
     unknown = quote(client, {**base, "model": "nope"})
     assert unknown.status_code == 404
