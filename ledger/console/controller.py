@@ -21,12 +21,12 @@ import structlog
 from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import Parameter
-from litestar.response import Redirect, Template
+from litestar.response import Redirect, Stream, Template
 from litestar.types import ExceptionHandlersMap
 
 from ledger.accounts.schemas import AdjustmentRequest, DepositRequest
 from ledger.accounts.service import AccountService, account_view
-from ledger.console import repository, statement
+from ledger.console import repository
 from ledger.console.auth import (
     LoginRequired,
     checked_form,
@@ -55,6 +55,7 @@ from ledger.http.request import actor_of
 from ledger.integrity import service as integrity
 from ledger.prices.service import PriceService
 from ledger.reconciliation.service import ReconciliationService
+from ledger.reports.service import ReportService
 from pricing.diff import compare_documents, diff_to_builtins
 
 log = structlog.get_logger(__name__)
@@ -276,10 +277,12 @@ class ConsoleController(Controller):
         )
 
     @get("/accounts/{account_id:str}/statement.csv")
-    async def statement_csv(self, request: Request[Any, Any, Any], account_id: str) -> Response[str]:
-        rows = await statement.journal_rows(accounts_of(request), account_id)
-        return Response(
-            statement.to_csv(rows),
+    async def statement_csv(self, request: Request[Any, Any, Any], account_id: str) -> Stream:
+        """The admin API's statement CSV (the whole history), streamed: one format for both."""
+        reports: ReportService = request.app.state.reports
+        await reports.check_statement(account_id, None, None)
+        return Stream(
+            reports.statement_csv(account_id, None, None),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="statement-{account_id}.csv"'},
         )

@@ -68,7 +68,20 @@ def entry_view(row: Any) -> StatementEntry:
     )
 
 
+# A free-text cell starting with one of these is a formula to a spreadsheet (CSV
+# injection); a leading apostrophe makes it plain text there and is visible in the file.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def as_text(value: str | None) -> str | None:
+    """Free text (reference, reason) safe to open in a spreadsheet."""
+    if value is not None and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
 def entry_row(e: StatementEntry) -> list[str | None]:
+    hold_id, reference, reason = e.notes()
     return [
         e.time,
         e.transaction_id,
@@ -77,7 +90,9 @@ def entry_row(e: StatementEntry) -> list[str | None]:
         e.held_change,
         e.balance_after,
         e.held_after,
-        *e.notes(),
+        hold_id,
+        as_text(reference),
+        as_text(reason),
     ]
 
 

@@ -407,3 +407,26 @@ def test_revenue_refusals(client: TestClient[Any]) -> None:
         assert "error" in r.json()
     assert client.get("/admin/v1/reports/revenue", headers=auth(GATEWAY)).status_code == 403
     assert client.get("/admin/v1/reports/revenue").status_code == 401
+
+
+def test_free_text_that_a_spreadsheet_would_run_is_quoted_in_csv(
+    client: TestClient[Any], currency: str
+) -> None:
+    account_id = open_account(client, currency, "1")
+    for key, reason in (("f1", "=HYPERLINK(1)"), ("f2", "-2+3"), ("f3", "plain, text")):
+        r = client.post(
+            f"/admin/v1/accounts/{account_id}/adjustments",
+            json={"idempotency_key": key, "amount": "1", "reason": reason},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+    rows = statement_csv(client, account_id, format="csv")
+    reasons = [row["reason"] for row in rows if row["kind"] == "adjustment"]
+    assert reasons == ["'=HYPERLINK(1)", "'-2+3", "plain, text"]
+    # JSON keeps the text exactly as recorded
+    body = statement(client, account_id)
+    assert [e["reason"] for e in body["entries"] if e["kind"] == "adjustment"] == [
+        "=HYPERLINK(1)",
+        "-2+3",
+        "plain, text",
+    ]

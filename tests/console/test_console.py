@@ -337,7 +337,10 @@ def test_statement_shows_running_balance_and_csv_adds_up(
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/csv")
     assert f'filename="statement-{account_id}.csv"' in r.headers["content-disposition"]
-    rows = list(csv.DictReader(io.StringIO(r.text)))
+    every = list(csv.DictReader(io.StringIO(r.text)))  # the admin API's statement CSV
+    assert (every[0]["kind"], every[0]["balance_after"]) == ("opening", "0")
+    assert (every[-1]["kind"], every[-1]["balance_after"]) == ("closing", "102.499999999999")
+    rows = every[1:-1]
     assert [(x["kind"], x["amount"], x["balance_after"]) for x in rows] == [
         ("deposit", "100", "100"),
         ("adjustment", "-0.000000000001", "99.999999999999"),
