@@ -88,24 +88,36 @@ def new_id(prefix: str = "acct") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def make_account(client: TestClient[Any]) -> Any:
-    def make(deposit: str | None = None, *, credit_limit: str = "0", currency: str = "USD") -> str:
-        account_id = new_id()
+def open_account(
+    client: TestClient[Any],
+    deposit: str | None = None,
+    *,
+    currency: str | None = None,
+    credit_limit: str | None = None,
+) -> str:
+    """Create an account as finance (sending only the fields given) and deposit into it."""
+    account_id = new_id()
+    body = {"account_id": account_id, "currency": currency, "credit_limit": credit_limit}
+    r = client.post(
+        "/admin/v1/accounts",
+        json={k: v for k, v in body.items() if v is not None},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code == 201, r.text
+    if deposit is not None:
         r = client.post(
-            "/admin/v1/accounts",
-            json={"account_id": account_id, "currency": currency, "credit_limit": credit_limit},
+            f"/admin/v1/accounts/{account_id}/deposits",
+            json={"idempotency_key": new_id("dep"), "amount": deposit},
             headers=auth(FINANCE),
         )
         assert r.status_code == 201, r.text
-        if deposit is not None:
-            r = client.post(
-                f"/admin/v1/accounts/{account_id}/deposits",
-                json={"idempotency_key": new_id("dep"), "amount": deposit},
-                headers=auth(FINANCE),
-            )
-            assert r.status_code == 201, r.text
-        return account_id
+    return account_id
+
+
+@pytest.fixture
+def make_account(client: TestClient[Any]) -> Any:
+    def make(deposit: str | None = None, *, credit_limit: str = "0", currency: str = "USD") -> str:
+        return open_account(client, deposit, currency=currency, credit_limit=credit_limit)
 
     return make
 
@@ -178,3 +190,46 @@ def simple_document(
     if effective_at:
         doc["effective_at"] = effective_at
     return doc
+
+
+@pytest.fixture
+def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
+    """A simple sheet (`simple_document`) in a currency of its own and an account holding 1 in it.
+
+    A module that needs another world defines its own `world` fixture, which wins over this one.
+    """
+    currency = fresh_currency()
+    version = publish(client, simple_document(currency))
+    account_id = make_account("1", currency=currency)
+    return {"currency": currency, "version": version, "account": account_id}
+
+
+def reserve(
+    client: TestClient[Any],
+    account_id: str,
+    model: str = "t-simple",
+    *,
+    key: str | None = None,
+    **fields: Any,
+) -> Any:
+    """POST /v1/holds as the gateway; a fresh idempotency key unless `key` is given."""
+    body = {"account_id": account_id, "idempotency_key": key or new_id("r"), "model": model, **fields}
+    return client.post("/v1/holds", json=body, headers=auth(GATEWAY))
+
+
+def call(client: TestClient[Any], hold_id: str, verb: str, body: Any = None) -> Any:
+    """POST /v1/holds/{hold_id}/{verb} as the gateway (settle, usage, interrupt, release...)."""
+    return client.post(f"/v1/holds/{hold_id}/{verb}", json=body, headers=auth(GATEWAY))
+
+
+def usage(p: int, c: int, **extra: Any) -> dict[str, Any]:
+    """A `usage` body: prompt and completion tokens, and any other usage fields."""
+    return {"usage": {"prompt_tokens": p, "completion_tokens": c, **extra}}
+
+
+def balance(client: TestClient[Any], account_id: str) -> dict[str, str]:
+    """The gateway's view of an account: balance, held and available."""
+    r = client.get(f"/v1/accounts/{account_id}/balance", headers=auth(GATEWAY))
+    assert r.status_code == 200
+    body: dict[str, str] = r.json()
+    return {k: body[k] for k in ("balance", "held", "available")}

@@ -1,4 +1,7 @@
-"""`ledger serve` as a real subprocess, for the shutdown and multi-process metrics tests."""
+"""`ledger serve` as a real subprocess on a free port: the one way the tests start the service.
+
+Used by the shutdown, multi-process metrics, hold concurrency, client, browser and contract tests.
+"""
 
 from __future__ import annotations
 
@@ -23,16 +26,30 @@ def free_port() -> int:
 
 
 class Server:
-    """One `ledger serve` process; `stop()` terminates it if it is still running."""
+    """One `ledger serve` process; `stop()` terminates it if it is still running.
 
-    def __init__(self, env: dict[str, str], log_path: Path, *args: str) -> None:
+    The process gets this process's environment, then `env` on top, less the variables
+    named in `drop` (by default Redis, which the API does not need, and a multi-process
+    metrics folder). `args` go after `serve --port N`. `stop_timeout`: how long `stop()`
+    waits after SIGTERM before it kills.
+    """
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        *args: str,
+        drop: tuple[str, ...] = ("LEDGER_REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"),
+        stop_timeout: float = 15,
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.stop_timeout = stop_timeout
         self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115
         full = {**os.environ, **env}
-        full.pop("LEDGER_REDIS_URL", None)  # the API needs no Redis
-        full.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        for name in drop:
+            full.pop(name, None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ledger.cli", "serve", "--port", str(self.port), *args],
             cwd=ROOT,
@@ -55,14 +72,20 @@ class Server:
         raise RuntimeError(f"ledger serve did not become ready: {self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+    def assert_no_tracebacks(self) -> None:
+        """Fails if the log has a line that starts a Python traceback."""
+        errors = [line for line in self.log().splitlines() if "Traceback" in line]
+        assert not errors, f"the server logged {len(errors)} tracebacks; see {self.log_path}"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -22,24 +22,9 @@ from tests.conftest import (
     VIEWER,
     assert_integrity,
     auth,
-    fresh_currency,
     new_id,
-    publish,
-    simple_document,
+    reserve,
 )
-
-
-@pytest.fixture
-def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
-    currency = fresh_currency()
-    version = publish(client, simple_document(currency))
-    account_id = make_account("1", currency=currency)
-    return {"currency": currency, "version": version, "account": account_id}
-
-
-def reserve(client: TestClient[Any], account_id: str, key: str | None = None, **fields: Any) -> Any:
-    body = {"account_id": account_id, "idempotency_key": key or new_id("r"), "model": "t-simple", **fields}
-    return client.post("/v1/holds", json=body, headers=auth(GATEWAY))
 
 
 def audit_of(client: TestClient[Any], account_id: str) -> list[dict[str, Any]]:

@@ -20,37 +20,13 @@ from tests.conftest import (
     VIEWER,
     assert_integrity,
     auth,
+    balance,
+    call,
     fresh_currency,
-    new_id,
     publish,
-    simple_document,
+    reserve,
+    usage,
 )
-
-
-@pytest.fixture
-def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
-    currency = fresh_currency()
-    version = publish(client, simple_document(currency))
-    account_id = make_account("1", currency=currency)
-    return {"currency": currency, "version": version, "account": account_id}
-
-
-def reserve(client: TestClient[Any], account_id: str, model: str = "t-simple", **fields: Any) -> Any:
-    body = {"account_id": account_id, "idempotency_key": new_id("r"), "model": model, **fields}
-    return client.post("/v1/holds", json=body, headers=auth(GATEWAY))
-
-
-def call(client: TestClient[Any], hold_id: str, verb: str, body: Any = None) -> Any:
-    return client.post(f"/v1/holds/{hold_id}/{verb}", json=body, headers=auth(GATEWAY))
-
-
-def usage(p: int, c: int) -> dict[str, Any]:
-    return {"usage": {"prompt_tokens": p, "completion_tokens": c}}
-
-
-def balance(client: TestClient[Any], account_id: str) -> dict[str, str]:
-    body: dict[str, str] = client.get(f"/v1/accounts/{account_id}/balance", headers=auth(GATEWAY)).json()
-    return {k: body[k] for k in ("balance", "held", "available")}
 
 
 def hold(client: TestClient[Any], hold_id: str) -> dict[str, Any]:

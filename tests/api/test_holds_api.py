@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from litestar.testing import TestClient
 
 from tests.conftest import (
@@ -19,39 +18,15 @@ from tests.conftest import (
     VIEWER,
     assert_integrity,
     auth,
+    balance,
+    call,
     fresh_currency,
     new_id,
     publish,
+    reserve,
     simple_document,
+    usage,
 )
-
-
-@pytest.fixture
-def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
-    currency = fresh_currency()
-    version = publish(client, simple_document(currency))
-    account_id = make_account("1", currency=currency)
-    return {"currency": currency, "version": version, "account": account_id}
-
-
-def reserve(client: TestClient[Any], account_id: str, **fields: Any) -> Any:
-    body = {"account_id": account_id, "idempotency_key": new_id("r"), "model": "t-simple", **fields}
-    return client.post("/v1/holds", json=body, headers=auth(GATEWAY))
-
-
-def balance(client: TestClient[Any], account_id: str) -> dict[str, str]:
-    r = client.get(f"/v1/accounts/{account_id}/balance", headers=auth(GATEWAY))
-    assert r.status_code == 200
-    body: dict[str, str] = r.json()
-    return {k: body[k] for k in ("balance", "held", "available")}
-
-
-def call(client: TestClient[Any], hold_id: str, verb: str, body: Any = None) -> Any:
-    return client.post(f"/v1/holds/{hold_id}/{verb}", json=body, headers=auth(GATEWAY))
-
-
-def usage(p: int, c: int, **extra: Any) -> dict[str, Any]:
-    return {"usage": {"prompt_tokens": p, "completion_tokens": c, **extra}}
 
 
 def test_reserve_settle_releases_the_rest(client: TestClient[Any], world: dict[str, Any]) -> None:

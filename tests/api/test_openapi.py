@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 
 from pricing.document import CATEGORIES
 from pricing.usage import WIRE_PATHS
-from tests.conftest import GATEWAY, auth, new_id
+from tests.conftest import GATEWAY, auth, new_id, reserve
 
 ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -145,31 +145,19 @@ def test_real_answers_match_the_document(
 ) -> None:
     """A 402 with its extras, a hold with its charge, and a published document validate."""
     poor = make_account("0.01")
-    r = client.post(
-        "/v1/holds",
-        json={
-            "account_id": poor,
-            "idempotency_key": new_id("k"),
-            "model": "gpt-6-luna",
-            "price_version": contract_version,
-        },
-        headers=auth(GATEWAY),
-    )
+    r = reserve(client, poor, "gpt-6-luna", key=new_id("k"), price_version=contract_version)
     assert r.status_code == 402, r.text
     assert validator(document, ERROR).is_valid(r.json()), r.text
     assert r.json()["error"]["reservation"]["tier"] in ("standard", "long_context")
 
     rich = make_account("1000")
-    r = client.post(
-        "/v1/holds",
-        json={
-            "account_id": rich,
-            "idempotency_key": new_id("k"),
-            "model": "claude-sonnet-4-6",
-            "price_version": contract_version,
-            "max_output_tokens": 1000,
-        },
-        headers=auth(GATEWAY),
+    r = reserve(
+        client,
+        rich,
+        "claude-sonnet-4-6",
+        key=new_id("k"),
+        price_version=contract_version,
+        max_output_tokens=1000,
     )
     assert r.status_code == 201, r.text
     usage = {

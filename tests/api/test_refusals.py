@@ -23,6 +23,7 @@ from tests.conftest import (
     auth,
     fresh_currency,
     new_id,
+    open_account,
     publish,
     simple_document,
 )
@@ -57,17 +58,7 @@ def world(client: TestClient[Any]) -> dict[str, str]:
     """An account with money in a currency of its own, and an open hold on it."""
     currency = fresh_currency()
     publish(client, simple_document(currency))
-    account = new_id()
-    r = client.post(
-        "/admin/v1/accounts", json={"account_id": account, "currency": currency}, headers=auth(FINANCE)
-    )
-    assert r.status_code == 201, r.text
-    r = client.post(
-        f"/admin/v1/accounts/{account}/deposits",
-        json={"idempotency_key": new_id("d"), "amount": "5"},
-        headers=auth(FINANCE),
-    )
-    assert r.status_code == 201, r.text
+    account = open_account(client, "5", currency=currency)
     r = client.post(
         "/v1/holds",
         json={"account_id": account, "idempotency_key": new_id("r"), "model": "t-simple"},

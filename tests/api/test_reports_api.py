@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 
-from tests.conftest import FINANCE, GATEWAY, VIEWER, auth, fresh_currency, new_id, publish
+from tests.conftest import FINANCE, GATEWAY, VIEWER, auth, fresh_currency, new_id, publish, reserve
 
 STATEMENT_KEYS = {"account_id", "currency", "from", "to", "opening", "closing", "totals", "entries"}
 
@@ -272,16 +272,7 @@ def test_random_statements_reconcile(
             r = client.post(f"/admin/v1/accounts/{account_id}/{op[0]}", json=body, headers=auth(FINANCE))
             assert r.status_code == 201, r.text
         elif op[0] == "release":
-            r = client.post(
-                "/v1/holds",
-                json={
-                    "account_id": account_id,
-                    "idempotency_key": new_id("r"),
-                    "model": "t-a",
-                    "max_output_tokens": 1,
-                },
-                headers=auth(GATEWAY),
-            )
+            r = reserve(client, account_id, "t-a", max_output_tokens=1)
             if r.status_code == 201:
                 client.post(f"/v1/holds/{r.json()['id']}/release", headers=auth(GATEWAY))
         else:

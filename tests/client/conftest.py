@@ -8,13 +8,7 @@ Prices: the contract's example document, published through the admin API.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,15 +18,7 @@ from ledger.settings import normalize_database_url
 from pricing.examples import contract_price_document
 from tests import pg
 from tests.conftest import FINANCE, TEST_ENV, auth, new_id
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.serving import Server
 
 
 class Ledger:
@@ -77,47 +63,21 @@ def ledger(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
     name, database = pg.create_database(pg_admin_url)
     migrate(normalize_database_url(database))
-    port = free_port()
     env = {
-        **os.environ,
         **TEST_ENV,
         "LEDGER_DATABASE_URL": database,
         "LEDGER_RECONCILE_CRON": "0 0 1 1 *",
         "LEDGER_LOG_LEVEL": "warning",
     }
-    env.pop("LEDGER_REDIS_URL", None)
-    log = open(tmp_path_factory.mktemp("client-server") / "server.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("client-server") / "server.log"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not become ready")
-        # replace: the contract example prices two models, fewer than the bundled sheets.
-        document = {k: v for k, v in contract_price_document().items() if k != "effective_at"}
-        document["replace"] = True
-        version = Ledger(url, "").admin("POST", "/admin/v1/price-versions", document)["version"]
-        yield Ledger(url, version)
+        with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
+            serve.wait_ready(30)
+            # replace: the contract example prices two models, fewer than the bundled sheets.
+            document = {k: v for k, v in contract_price_document().items() if k != "effective_at"}
+            document["replace"] = True
+            version = Ledger(serve.base, "").admin("POST", "/admin/v1/price-versions", document)["version"]
+            yield Ledger(serve.base, version)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
         pg.drop_database(pg_admin_url, name)
-        lines = Path(log.name).read_text(errors="replace").splitlines()
-        tracebacks = [line for line in lines if "Traceback" in line]
-        assert not tracebacks, f"the server logged {len(tracebacks)} tracebacks; see {log.name}"
+    serve.assert_no_tracebacks()

@@ -18,7 +18,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +29,8 @@ from litestar.testing import TestClient
 from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import FINANCE, GATEWAY, TEST_ENV, auth, fresh_currency, publish, simple_document
-from tests.integration.test_hold_concurrency import free_port
+from tests.serving import Server
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = pytest.mark.skipif(
@@ -77,37 +75,11 @@ class Tab:
 
 @pytest.fixture(scope="module")
 def server(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, **TEST_ENV, "LEDGER_DATABASE_URL": database}
-    env.pop("LEDGER_REDIS_URL", None)
-    log = open(tmp_path_factory.mktemp("console-server") / "server.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not become ready")
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    env = {**TEST_ENV, "LEDGER_DATABASE_URL": database}
+    log = tmp_path_factory.mktemp("console-server") / "server.log"
+    with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
+        serve.wait_ready(30)
+        yield serve.base
 
 
 @pytest.fixture

@@ -17,14 +17,10 @@ finish inside `BUDGET_SECONDS`.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -44,9 +40,8 @@ from ledger.settings import normalize_database_url
 from pricing.examples import contract_price_document
 from tests import pg
 from tests.conftest import ADMIN, GATEWAY, TEST_ENV, auth, new_id
-from tests.integration.test_hold_concurrency import free_port
+from tests.serving import Server
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = 15
 BUDGET_SECONDS = 110
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -96,33 +91,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     admin = pg.admin_url()
     name, url = pg.create_database(admin)
     migrate(normalize_database_url(url))
-    port = free_port()
-    env = {**os.environ, **TEST_ENV, "LEDGER_DATABASE_URL": url}
-    env.pop("LEDGER_REDIS_URL", None)
-    log = open(tmp_path_factory.mktemp("contract") / "server.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    env = {**TEST_ENV, "LEDGER_DATABASE_URL": url}
+    log = tmp_path_factory.mktemp("contract") / "server.log"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not become ready")
-        yield Live(base=base, ids=_seed(base), started=time.monotonic())
+        with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
+            serve.wait_ready(30)
+            yield Live(base=serve.base, ids=_seed(serve.base), started=time.monotonic())
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
         pg.drop_database(admin, name)
 
 

@@ -7,17 +7,11 @@ barrier. Nothing may overspend, double-settle, deadlock or answer 500.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,60 +29,24 @@ from tests.conftest import (
     publish,
     simple_document,
 )
+from tests.serving import Server
 
-ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = 50
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
 def server(database: str, contract_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
     env = {
-        **os.environ,
         **TEST_ENV,
         "LEDGER_DATABASE_URL": database,
         "LEDGER_DB_POOL_SIZE": "20",
         "LEDGER_DB_MAX_OVERFLOW": "5",
     }
-    env.pop("LEDGER_REDIS_URL", None)
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not become ready")
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        errors = [
-            line for line in Path(log.name).read_text(errors="replace").splitlines() if "Traceback" in line
-        ]
-        assert not errors, f"the server logged {len(errors)} tracebacks; see {log.name}"
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
+        serve.wait_ready(30)
+        yield serve.base
+    serve.assert_no_tracebacks()
 
 
 def together(n: int, work: Callable[[httpx.Client, int], Any]) -> list[Any]:

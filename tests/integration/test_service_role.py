@@ -22,7 +22,7 @@ import pytest
 from litestar.testing import TestClient
 
 from ledger.settings import load_settings, normalize_database_url
-from tests.conftest import FINANCE, GATEWAY, TEST_ENV, VIEWER, auth, new_id
+from tests.conftest import FINANCE, GATEWAY, TEST_ENV, VIEWER, auth, new_id, open_account
 from tests.serving import ROOT
 
 
@@ -107,15 +107,7 @@ def test_the_service_works_as_the_service_role(
     settings = load_settings(dict(TEST_ENV, LEDGER_DATABASE_URL=url))
     with TestClient(create_app(settings, normalize_database_url(url))) as client:
         assert client.get("/readyz").status_code == 200
-        account = new_id()
-        r = client.post("/admin/v1/accounts", json={"account_id": account}, headers=auth(FINANCE))
-        assert r.status_code == 201, r.text
-        r = client.post(
-            f"/admin/v1/accounts/{account}/deposits",
-            json={"idempotency_key": new_id("dep"), "amount": "5"},
-            headers=auth(FINANCE),
-        )
-        assert r.status_code == 201, r.text
+        account = open_account(client, "5")
         body = {
             "account_id": account,
             "idempotency_key": new_id("key"),

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from litestar.testing import TestClient
 
-from tests.conftest import ADMIN, FINANCE, GATEWAY, auth, new_id
+from tests.conftest import ADMIN, GATEWAY, auth, new_id, open_account
 from tests.workers.conftest import (
     LEDGER,
     MODEL,
@@ -124,17 +124,7 @@ def test_the_hold_calls_pass_with_redis_unreachable(settings: Any, sa_url: str, 
 
     dead = replace(settings, redis_url=DEAD_REDIS)
     with TestClient(create_app(dead, sa_url)) as client:
-        account_id = new_id()
-        r = client.post(
-            "/admin/v1/accounts", json={"account_id": account_id, "currency": currency}, headers=auth(FINANCE)
-        )
-        assert r.status_code == 201, r.text
-        r = client.post(
-            f"/admin/v1/accounts/{account_id}/deposits",
-            json={"idempotency_key": new_id("dep"), "amount": "1"},
-            headers=auth(FINANCE),
-        )
-        assert r.status_code == 201, r.text
+        account_id = open_account(client, "1", currency=currency)
         settled = reserve(client, account_id, ttl=60)
         checkpoint(client, settled["id"])
         r = client.post(f"/v1/holds/{settled['id']}/settle", json={"usage": SMALL}, headers=auth(GATEWAY))
