@@ -87,11 +87,22 @@ def test_ledger_worker_runs_an_enqueued_reconcile(
         )
         assert resolved["resolved_by"] == "reconciler"
         assert resolved["charge"]["amount"] == SMALL_CHARGE
-        with psycopg.connect(database) as conn:
-            run = conn.execute(
-                "SELECT trigger, actor, status FROM reconciliation_runs WHERE items @> %s::jsonb",
-                (f'[{{"hold_id": "{hold["id"]}"}}]',),
-            ).fetchone()
+        with psycopg.connect(database, autocommit=True) as conn:
+            # The pass commits the hold's batch before it finishes its run row: wait for that.
+            run = wait_for(
+                lambda: (
+                    (
+                        row := conn.execute(
+                            "SELECT trigger, actor, status FROM reconciliation_runs WHERE items @> %s::jsonb",
+                            (f'[{{"hold_id": "{hold["id"]}"}}]',),
+                        ).fetchone()
+                    )
+                    and row[2] != "running"
+                    and row
+                ),
+                10,
+                "the reconciliation run to finish",
+            )
             assert run == ("schedule", "scheduler", "succeeded")
             job = wait_for(
                 lambda: conn.execute(
