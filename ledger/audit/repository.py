@@ -23,6 +23,8 @@ ACTIONS = (
     "account.create",
     "account.deposit",
     "account.adjustment",
+    "budget.set",
+    "budget.remove",
     "hold.settle",
     "hold.release",
     "prices.publish",

@@ -27,6 +27,8 @@ AuditAction = Literal[
     "account.create",
     "account.deposit",
     "account.adjustment",
+    "budget.set",
+    "budget.remove",
     "hold.settle",
     "hold.release",
     "prices.publish",
