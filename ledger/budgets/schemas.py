@@ -10,8 +10,9 @@ from msgspec import Meta
 from ledger.schemas import AmountText, Reason
 
 # Like an idempotency key: 1..128 characters (U+0000 is refused for every body string by
-# admission; the path parameter is checked by the service).
-BudgetKey = Annotated[str, Meta(min_length=1, max_length=128)]
+# admission), but no "/": the key must be addressable as one segment of the admin path
+# (the router decodes %2F before matching).
+BudgetKey = Annotated[str, Meta(min_length=1, max_length=128, pattern="^[^/]+$")]
 Period = Literal["daily", "weekly", "monthly", "none"]
 
 

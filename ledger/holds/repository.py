@@ -188,8 +188,11 @@ def _settle_statement(n_legs: int, budgeted: bool = False) -> Any:
     statement's own update of the account row always precedes the trigger's, never
     follows it (PostgreSQL refuses a statement updating a row that one of its own
     triggers already changed).
+
+    `budgeted` (the hold has a budget_key) adds the budget movement (CTEs bs, bo, bm of
+    ledger.budgets.repository: the hold leaves `held`, its charge joins the spend).
     """
-    key = ("settle", n_legs)
+    key = ("settle", n_legs, budgeted)
     statement = _STATEMENTS.get(key)
     if statement is None:
         returned = ", ".join(f"u.{c.strip()}" for c in HOLD_COLUMNS.split(","))

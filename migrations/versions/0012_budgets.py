@@ -1,7 +1,8 @@
 """Budgets per (account, budget key): what a gateway's API key or project may spend per period.
 
-- `holds.budget_key`: the key a reserve named (NULL: none). Set at insert, never changed
-  (its own trigger, so the hold guard of 0003 stays as it is).
+- `holds.budget_key`: the key a reserve named (NULL: none; 1..128 characters, no "/", so
+  the admin path can name it). Set at insert, never changed (its own trigger, so the
+  hold guard of 0003 stays as it is).
 - `budgets`: one row per (account_id, budget_key) that a reserve has named or finance has
   budgeted. `amount` / `period` / `alert_threshold` are the budget (NULL amount: none set,
   spend is still tracked). `held` is the sum of the key's unresolved holds; `spent` the
@@ -27,7 +28,8 @@ depends_on = None
 
 UPGRADE = r"""
 ALTER TABLE holds ADD COLUMN budget_key text
-  CONSTRAINT holds_budget_key_syntax CHECK (length(budget_key) BETWEEN 1 AND 128);
+  CONSTRAINT holds_budget_key_syntax
+    CHECK (length(budget_key) BETWEEN 1 AND 128 AND strpos(budget_key, '/') = 0);
 
 CREATE FUNCTION ledger_hold_budget_key_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -39,7 +41,8 @@ CREATE TRIGGER holds_budget_key_fixed BEFORE UPDATE OF budget_key ON holds
 
 CREATE TABLE budgets (
   account_id       text NOT NULL REFERENCES accounts (id),
-  budget_key       text NOT NULL CHECK (length(budget_key) BETWEEN 1 AND 128),
+  budget_key       text NOT NULL
+                   CHECK (length(budget_key) BETWEEN 1 AND 128 AND strpos(budget_key, '/') = 0),
   amount           numeric(38, 12) CHECK (amount > 0),
   period           text CHECK (period IN ('daily', 'weekly', 'monthly', 'none')),
   alert_threshold  numeric(13, 12) CHECK (alert_threshold > 0 AND alert_threshold <= 1),

@@ -210,8 +210,8 @@ def test_budget_refusals(client: TestClient[Any], world: dict[str, Any]) -> None
         assert (r.status_code, r.json()["error"]["code"]) == (404, "account_not_found")
     # Nothing was written by any of them.
     assert client.get(f"/admin/v1/accounts/{account_id}/budgets", headers=auth(VIEWER)).json()["data"] == []
-    # The reserve's budget_key: 1..128 characters.
-    for key in ("", "k" * 129):
+    # The reserve's budget_key: 1..128 characters, no "/" (the admin path could not name it).
+    for key in ("", "k" * 129, "team/search"):
         r = reserve(client, account_id, budget_key=key)
         assert (r.status_code, r.json()["error"]["param"]) == (422, "budget_key")
     r = client.post(
@@ -363,6 +363,28 @@ def test_settle_counts_against_the_period_and_release_frees_the_hold(
     assert numbers(body) == (Decimal("0.0073"), 0)
     assert body["remaining"] == "0"
     assert open_holds_total(client, account_id, "proj-a") == 0
+    assert_integrity(client)
+
+
+def test_settles_with_and_without_a_key_use_their_own_statements(
+    client: TestClient[Any], world: dict[str, Any]
+) -> None:
+    """The one-statement settle is cached per shape: a hold without a key must not reuse the
+    budgeted statement (nor the other way round) when both have the same legs."""
+    from ledger.holds import repository
+
+    account_id = world["account"]
+    put_budget(client, account_id, amount="1", period="daily")
+    plain, keyed = reserve(client, account_id, budget_key=None).json(), reserve(client, account_id).json()
+    repository._STATEMENTS.clear()  # so the order below decides what is built first
+    assert settle(client, plain["id"]).status_code == 200
+    assert settle(client, keyed["id"]).status_code == 200
+    assert numbers(budget(client, account_id)) == (CHARGE, 0)
+    a, b = reserve(client, account_id).json(), reserve(client, account_id, budget_key=None).json()
+    repository._STATEMENTS.clear()
+    assert settle(client, a["id"]).status_code == 200
+    assert settle(client, b["id"]).status_code == 200
+    assert numbers(budget(client, account_id)) == (2 * CHARGE, 0)
     assert_integrity(client)
 
 
