@@ -32,9 +32,9 @@ class Budget(msgspec.Struct, frozen=True):
     """A budget key of an account: its budget (if set) and what its current period has used.
 
     `amount` null: no budget (unlimited); spend is still tracked. `spent` is the current
-    period's (lifetime for period none, or when no budget is set), `held` the key's unresolved holds, `remaining`
-    amount - spent - held (never below 0). `period_start` / `period_end` bound the
-    current UTC period [start, end) (null for none). `alert_crossed`: the current
+    period's (lifetime for period none, or when no budget is set), `held` the key's
+    unresolved holds, `remaining` amount - spent - held (never below 0). `period_start` /
+    `period_end` bound the current UTC period [start, end) (null for none). `alert_crossed`: the current
     period's spend is at or above alert_threshold x amount; `alerted_at` is when a settle
     first took it there in this period (null if not)."""
 
