@@ -46,6 +46,12 @@ class InsufficientFunds(LedgerError):
     status, code, type = 402, "insufficient_funds", "insufficient_funds"
 
 
+class BudgetExceeded(LedgerError):
+    """The reserve would take its budget key's period spend plus open holds past the budget."""
+
+    status, code, type = 402, "budget_exceeded", "budget_exceeded"
+
+
 class NotFound(LedgerError):
     status, code, type = 404, "not_found", "not_found"
 
@@ -56,6 +62,10 @@ class AccountNotFound(NotFound):
 
 class HoldNotFound(NotFound):
     code = "hold_not_found"
+
+
+class BudgetNotFound(NotFound):
+    code = "budget_not_found"
 
 
 class PriceVersionNotFound(NotFound):

@@ -70,6 +70,12 @@ OVERAGE_FLAGGED = Counter(
     ["currency"],
     registry=REGISTRY,
 )
+BUDGET_ALERTS = Counter(
+    "ledger_budget_alerts_total",
+    "Settles that took a budget key's period spend to its alert threshold (once per key and period)",
+    ["period"],
+    registry=REGISTRY,
+)
 HOLDS_OPEN = Gauge(
     "ledger_holds", "Unresolved holds by state", ["state"], registry=REGISTRY, multiprocess_mode="mostrecent"
 )

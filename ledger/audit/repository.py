@@ -26,6 +26,8 @@ ACTIONS = (
     "account.unfreeze",
     "account.deposit",
     "account.adjustment",
+    "budget.set",
+    "budget.remove",
     "hold.settle",
     "hold.release",
     "prices.publish",

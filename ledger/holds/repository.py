@@ -15,11 +15,13 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ledger.budgets import repository as budgets
+
 HOLD_COLUMNS = (
     "id, account_id, idempotency_key, request_hash, state, model, price_version, currency, amount, "
     "reservation, ttl_seconds, expires_at, metadata, usage, gateway_usage, charge, charged, released, "
     "overage, overage_flagged, true_up, resolved_by, resolved_reason, interrupted_at, resolved_at, "
-    "created_at, updated_at"
+    "created_at, updated_at, budget_key"
 )
 
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
@@ -40,12 +42,13 @@ _ACTIVE_VERSION = text(
 # frozen (read from the locked row, so a freeze that commits while this waits is seen),
 # and available covers the amount. Otherwise nothing is written and the row says why. A concurrent
 # duplicate key (the key lookup can be stale after a lock wait) fails on the unique
-# index and is retried by the caller.
+# index and is retried by the caller. With a budget_key, the key's budget row is locked
+# next (after the account's) and checked too, and the hold is added to its `held`.
 _RESERVE_HEAD = f"""
     WITH a AS (
       SELECT id, currency, balance, held, credit_limit, frozen_at FROM accounts
        WHERE id = :account_id AND kind = 'customer' FOR UPDATE
-    ), v AS (
+    ){{budget_lock}}, v AS (
       SELECT (SELECT pv.version FROM price_versions pv
                 WHERE pv.currency = a.currency AND pv.effective_at <= now()
                 ORDER BY pv.effective_at DESC, pv.id DESC LIMIT 1) AS active_version
@@ -59,23 +62,23 @@ _RESERVE_HEAD = f"""
          AND a.currency = :currency
          AND a.frozen_at IS NULL
          AND (CAST(:pinned AS boolean) OR v.active_version = :price_version)
-         AND a.balance + a.credit_limit - a.held >= :amount
+         AND a.balance + a.credit_limit - a.held >= :amount{{budget_condition}}
     ), h AS (
       INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency,
-                         amount, reservation, ttl_seconds, expires_at, metadata)
+                         amount, reservation, ttl_seconds, expires_at, metadata, budget_key)
       SELECT :id, :account_id, :key, :request_hash, 'open', :model, :price_version, :currency,
              :amount, CAST(:reservation AS jsonb), :ttl, now() + make_interval(secs => :ttl),
-             CAST(:metadata AS jsonb)
+             CAST(:metadata AS jsonb), :budget_key
         FROM go
       RETURNING {HOLD_COLUMNS}
     )"""
 _RESERVE_TAIL = """
     SELECT a.currency AS account_currency, a.balance AS account_balance, a.held AS account_held,
            a.credit_limit AS account_credit_limit, a.frozen_at AS account_frozen_at, v.active_version,
-           ex.existing_id, ex.existing_hash, h.*
-      FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true
+           ex.existing_id, ex.existing_hash, {budget_columns}h.*
+      FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true{budget_join}
     """
-_STATEMENTS: dict[tuple[str, int], Any] = {}
+_STATEMENTS: dict[tuple[Any, ...], Any] = {}
 
 
 def _journal_ctes(kind: str, source: str, n_legs: int) -> str:
@@ -127,14 +130,32 @@ def _json(value: Any) -> str | None:
     return None if value is None else msgspec.json.encode(value).decode()
 
 
+def _reserve_sql(n_legs: int, budgeted: bool) -> str:
+    """The reserve statement; `budgeted` (a budget_key was given) adds the budget's pieces
+    (ledger.budgets.repository): lock its row after the account's, check, add to held."""
+    pieces = {"budget_lock": "", "budget_condition": "", "budget_columns": "", "budget_join": ""}
+    if budgeted:
+        pieces = {
+            "budget_lock": budgets.RESERVE_LOCK,
+            "budget_condition": budgets.RESERVE_CONDITION,
+            "budget_columns": budgets.RESERVE_COLUMNS,
+            "budget_join": budgets.RESERVE_JOIN,
+        }
+    head = _RESERVE_HEAD.replace("{budget_lock}", pieces["budget_lock"]).replace(
+        "{budget_condition}", pieces["budget_condition"]
+    )
+    write = budgets.RESERVE_WRITE if budgeted else ""
+    tail = _RESERVE_TAIL.format(budget_columns=pieces["budget_columns"], budget_join=pieces["budget_join"])
+    return head + _journal_ctes("reserve", "h", n_legs) + write + tail
+
+
 async def reserve(conn: AsyncConnection, *, legs: list[Any], **params: Any) -> Any | None:
     """Run the one-statement reservation; None when the account does not exist."""
-    key = ("reserve", len(legs))
+    budgeted = params["budget_key"] is not None
+    key = ("reserve", len(legs), budgeted)
     statement = _STATEMENTS.get(key)
     if statement is None:
-        statement = _STATEMENTS[key] = text(
-            _RESERVE_HEAD + _journal_ctes("reserve", "h", len(legs)) + _RESERVE_TAIL
-        )
+        statement = _STATEMENTS[key] = text(_reserve_sql(len(legs), budgeted))
     params["reservation"] = _json(params["reservation"])
     params["metadata"] = _json(params["metadata"])
     _leg_params(params, legs)
@@ -142,7 +163,7 @@ async def reserve(conn: AsyncConnection, *, legs: list[Any], **params: Any) -> A
 
 
 _HOLD_TERMS = text(
-    "SELECT id, account_id, currency, model, price_version, amount, state, "
+    "SELECT id, account_id, currency, model, price_version, amount, state, budget_key, "
     "CAST(reservation ->> 'n' AS integer) AS n FROM holds WHERE id = :id"
 )
 
@@ -154,7 +175,7 @@ _REVIEW_MARK = (
 _MARK_FOR_REVIEW = text(f"UPDATE accounts SET review = {_REVIEW_MARK} WHERE id = :account_id")
 
 
-def _settle_statement(n_legs: int) -> Any:
+def _settle_statement(n_legs: int, budgeted: bool = False) -> Any:
     """Settle an unresolved hold in ONE statement (autocommit), or change nothing.
 
     Locks the account then the hold (FOR UPDATE OF a, h: the usual order; after a wait
@@ -167,8 +188,11 @@ def _settle_statement(n_legs: int) -> Any:
     statement's own update of the account row always precedes the trigger's, never
     follows it (PostgreSQL refuses a statement updating a row that one of its own
     triggers already changed).
+
+    `budgeted` (the hold has a budget_key) adds the budget movement (CTEs bs, bo, bm of
+    ledger.budgets.repository: the hold leaves `held`, its charge joins the spend).
     """
-    key = ("settle", n_legs)
+    key = ("settle", n_legs, budgeted)
     statement = _STATEMENTS.get(key)
     if statement is None:
         returned = ", ".join(f"u.{c.strip()}" for c in HOLD_COLUMNS.split(","))
@@ -190,8 +214,9 @@ def _settle_statement(n_legs: int) -> Any:
                 FROM l WHERE holds.id = l.id AND l.state IN ('open', 'interrupted')
                  AND (NOT CAST(:flagged AS boolean) OR EXISTS (SELECT 1 FROM r))
               RETURNING holds.*
-            ){_journal_ctes("settle", "u", n_legs)}
-            SELECT l.state AS locked_state, {returned} FROM l LEFT JOIN u ON true
+            ){_journal_ctes("settle", "u", n_legs)}{budgets.SETTLE_CTES if budgeted else ""}
+            SELECT l.state AS locked_state, {budgets.SETTLE_COLUMNS if budgeted else ""}{returned}
+              FROM l LEFT JOIN u ON true{budgets.SETTLE_JOIN if budgeted else ""}
             """
         )
     return statement
@@ -215,8 +240,10 @@ async def settle_unresolved(
     released: Any,
     overage: Any,
     review_reason: str | None,
+    budgeted: bool = False,
 ) -> Any | None:
-    """Settle in one statement; `review_reason` (not None) flags the hold and marks its account."""
+    """Settle in one statement; `review_reason` (not None) flags the hold and marks its account;
+    `budgeted` (the hold has a budget_key) moves its budget too (`budget_*` columns)."""
     params: dict[str, Any] = {
         "flagged": review_reason is not None,
         "review_reason": review_reason,
@@ -231,7 +258,7 @@ async def settle_unresolved(
         "overage": overage,
     }
     _leg_params(params, legs)
-    return (await conn.execute(_settle_statement(len(legs)), params)).first()
+    return (await conn.execute(_settle_statement(len(legs), budgeted), params)).first()
 
 
 async def mark_for_review(conn: AsyncConnection, account_id: str, *, reason: str, hold_id: UUID) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from ledger.budgets.schemas import BudgetKey
 from ledger.prices.schemas import Completions, ModelName, TokenCount, VersionId
 from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
 
@@ -22,6 +23,9 @@ class _ReserveFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     price_version: VersionId | None = None
     ttl_seconds: TtlSeconds | None = None
     metadata: Metadata = {}
+    # The API key / project the spend counts against (a budget of the account); absent: none.
+    # UNSET (not None) so that a reserve without it hashes as it did before budgets existed.
+    budget_key: BudgetKey | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReserveRequest(_ReserveFields, frozen=True, kw_only=True):
@@ -78,3 +82,4 @@ class Hold(msgspec.Struct, frozen=True):
     resolved_reason: str | None
     resolved_at: str | None
     interrupted_at: str | None
+    budget_key: str | None = None

@@ -29,10 +29,14 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
+import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ledger.accounts.service import available_of
 from ledger.audit import repository as audit
+from ledger.budgets import repository as budgets
+from ledger.budgets import service as budget_rules
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import (
@@ -106,6 +110,7 @@ def view(row: Any) -> Hold:
         resolved_reason=row.resolved_reason,
         resolved_at=iso(row.resolved_at) if row.resolved_at else None,
         interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
+        budget_key=row.budget_key,
     )
 
 
@@ -138,6 +143,7 @@ class HoldTerms(NamedTuple):
     amount: Decimal
     state: str
     n: int  # completions reserved for: the output limit is the model's max x n
+    budget_key: str | None = None
 
 
 def hold_id_of(value: str) -> UUID:
@@ -171,6 +177,7 @@ class HoldService:
         """
         check_metadata(body.metadata)
         digest = request_hash("reserve", body)
+        budget_key = None if body.budget_key is msgspec.UNSET else body.budget_key
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
         pinned = body.price_version is not None
         for _ in range(4):
@@ -202,6 +209,7 @@ class HoldService:
                 "metadata": body.metadata,
                 "pinned": pinned,
                 "actor": actor.identity,
+                "budget_key": budget_key,
             }
             legs = [leg for leg in reserve_legs(body.account_id, reservation.amount) if leg.amount != 0]
 
@@ -230,6 +238,7 @@ class HoldService:
                     row.amount,
                     "open",
                     reservation.n,
+                    budget_key,
                 )
                 return view(row), True
             if row.account_frozen_at is not None:
@@ -251,6 +260,17 @@ class HoldService:
             if replay is not None:
                 return replay, False
             available = row.account_balance + row.account_credit_limit - row.account_held
+            if (
+                budget_key is not None
+                and row.budget_exceeded
+                and available_of(row.account_balance, row.account_credit_limit, row.account_held)
+                >= reservation.amount
+            ):
+                # Funds cover it, so the key's budget refused it (insufficient funds, when both
+                # refuse, is the one reported: topping up the budget would not be enough).
+                raise budget_rules.exceeded(
+                    row, budget_key=budget_key, required=reservation.amount, currency=currency
+                )
             raise InsufficientFunds(
                 f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "
                 f"{format_amount(available)} {currency}",
@@ -467,12 +487,22 @@ class HoldService:
                 released=max(held - amount, Decimal(0)),
                 overage=max(amount - held, Decimal(0)),
                 review_reason=review,
+                budgeted=terms.budget_key is not None,
             )
 
         row = await transaction(self.autocommit, work)
         if row is None or row.id is None:
             return None
         MONEY_MOVEMENTS.labels("settle").inc()
+        if terms.budget_key is not None and row.budget_alerted:  # committed (autocommit): report it
+            budget_rules.report_alert(
+                account_id=row.account_id,
+                budget_key=row.budget_key,
+                amount=row.budget_amount,
+                period=row.budget_period,
+                threshold=row.budget_alert_threshold,
+                spent=row.budget_period_spent,
+            )
         if review is not None:  # committed (autocommit): report it
             self._report_flagged(row.id, row.account_id, row.currency, row.amount, row.charged, review)
         return view(row)
@@ -555,6 +585,7 @@ class HoldService:
             held, amount = hold.amount, charge.amount
             legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
             await self._post(conn, hold, "settle", legs, actor, reason)
+            await self._budget_move(conn, hold, held_delta=-held, spent_delta=amount)
             await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
             review = await self._flag(conn, hold, amount)
             return await repository.update(
@@ -587,6 +618,10 @@ class HoldService:
         difference = charge.amount - previous
         legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
         await self._post(conn, hold, "true_up", legs, actor, f"late settle after {hold.resolved_by}")
+        # The difference corrects the spend of the moment the hold was resolved.
+        await self._budget_move(
+            conn, hold, held_delta=Decimal(0), spent_delta=difference, at=hold.resolved_at
+        )
         return await repository.update(
             conn,
             hold.id,
@@ -599,6 +634,31 @@ class HoldService:
             overage_flagged=hold.overage_flagged or flagged,  # never cleared
             true_up=(hold.true_up or Decimal(0)) + difference,
         )
+
+    @staticmethod
+    async def _budget_move(
+        conn: AsyncConnection,
+        hold: Any,
+        *,
+        held_delta: Decimal,
+        spent_delta: Decimal,
+        at: datetime | None = None,
+    ) -> None:
+        """Move the hold's budget key (if it named one), under the account lock the caller holds.
+
+        An alert is reported inside the transaction, as `_flag` does (these paths are rare);
+        `budgets.alerted_at` is the record."""
+        if hold.budget_key is None:
+            return
+        row = await budgets.move(
+            conn,
+            account_id=hold.account_id,
+            budget_key=hold.budget_key,
+            held_delta=held_delta,
+            spent_delta=spent_delta,
+            spent_at=at,
+        )
+        budget_rules.report_movement(row)
 
     async def _flag(self, conn: AsyncConnection, hold: Any, charged: Decimal) -> str | None:
         """Mark the account for review when `charged` is over the factor; the reason, or None.
@@ -641,6 +701,7 @@ class HoldService:
                 f"usage was already seen for this hold; releasing would forgive it: {how}"
             )
         await self._post(conn, hold, "release", release_legs(hold.account_id, hold.amount), actor, reason)
+        await self._budget_move(conn, hold, held_delta=-hold.amount, spent_delta=Decimal(0))
         await self._audit(conn, actor, "hold.release", hold, reason, {"released": format_amount(hold.amount)})
         return await repository.update(
             conn,

@@ -2,7 +2,8 @@
 
 Every refusal the service answers is `{"error": {"type", "code", "message", "param", ...}}`
 (`ledger.http.errors.error_body`); a 402 adds `required`, `available`, `currency` and the
-`reservation` breakdown inside `error`. A handler lists the statuses it can answer:
+`reservation` breakdown inside `error` (a `budget_exceeded` adds `budget_key`, `budget`,
+`spent`, `held`, `required`, `period_start` and `period_end`). A handler lists the statuses it can answer:
 
     @post("/{hold_id:str}/settle", responses=refusals(GUARDED, BODY, 404, 409))
 
@@ -32,6 +33,13 @@ class ErrorDetail(msgspec.Struct, frozen=True):
     available: Amount | None = None
     currency: str | None = None
     reservation: dict[str, Any] | None = None
+    # budget_exceeded: the key's budget, its period spend and holds, and the period (UTC)
+    budget: Amount | None = None
+    spent: Amount | None = None
+    held: Amount | None = None
+    period_start: str | None = None
+    period_end: str | None = None
+    budget_key: str | None = None
 
 
 class ErrorBody(msgspec.Struct, frozen=True):
@@ -51,10 +59,13 @@ DESCRIPTIONS = {
     "a key given twice, nested too deep)",
     401: "`unauthorized`: no bearer token, or an unknown one",
     402: "`insufficient_funds`: the reservation exceeds `available`; `error` adds `required`, "
-    "`available`, `currency` and the `reservation` breakdown, so the caller can lower its output limit",
+    "`available`, `currency` and the `reservation` breakdown, so the caller can lower its output limit; "
+    "`budget_exceeded`: the reservation would take its `budget_key`'s period spend plus open holds past "
+    "the budget; `error` adds `budget_key`, `budget`, `spent`, `held`, `required`, `currency`, "
+    "`period_start` and `period_end`",
     403: "`forbidden`: a known token on the wrong surface, or a role too low",
     404: "`account_not_found`, `hold_not_found`, `price_version_not_found`, `model_not_found`, "
-    "`reconciliation_run_not_found`: a named resource does not exist",
+    "`reconciliation_run_not_found`, `budget_not_found`: a named resource does not exist",
     409: "`idempotency_conflict`, `hold_state_conflict`, `account_exists`: the request conflicts "
     "with what is already recorded",
     413: "`payload_too_large`: the body is larger than the service reads",

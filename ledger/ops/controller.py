@@ -30,6 +30,8 @@ AuditAction = Literal[
     "account.unfreeze",
     "account.deposit",
     "account.adjustment",
+    "budget.set",
+    "budget.remove",
     "hold.settle",
     "hold.release",
     "prices.publish",

@@ -83,7 +83,9 @@ def _seed(base: str) -> dict[str, str]:
             {"account_id": account, "idempotency_key": "h", "model": "gpt-6-luna", "max_output_tokens": 100},
         )["id"]
         run = call("POST", "/admin/v1/reconciliation/runs", ADMIN)["run_id"]
-    return {"account_id": account, "hold_id": hold, "version": version, "run_id": run}
+        budget = {"amount": "1", "period": "daily", "reason": "contract run"}
+        call("PUT", f"/admin/v1/accounts/{account}/budgets/proj", ADMIN, budget)
+    return {"account_id": account, "hold_id": hold, "version": version, "run_id": run, "budget_key": "proj"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""Budgets per API key / project within an account."""
