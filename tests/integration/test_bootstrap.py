@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from ledger.prices.sources import load_sources
 from ledger.settings import load_settings, normalize_database_url
 from pricing.bundled import bundled_document
 from pricing.document import document_to_builtins
+from pricing.money import format_amount
 from tests import pg
 from tests.conftest import FINANCE, GATEWAY, TEST_ENV, VIEWER, auth
 
@@ -56,11 +58,12 @@ def test_empty_database_gets_the_bundled_sheets_once(pg_admin_url: str) -> None:
 def _gpt5_input(client: TestClient[Any]) -> tuple[str, str]:
     r = client.post(
         "/v1/quotes",
-        json={"model": "gpt-5", "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0}},
+        json={"model": "gpt-5", "usage": {"prompt_tokens": 200_000, "completion_tokens": 0}},
         headers=auth(GATEWAY),
     )
     assert r.status_code == 200, r.text
-    return r.json()["price_version"], r.json()["charge"]["amount"]
+    # the input rate per 1M tokens: 5 x the charge for 200,000 (within gpt-5's 272,000 limit)
+    return r.json()["price_version"], format_amount(Decimal(r.json()["charge"]["amount"]) * 5)
 
 
 def test_refresh_after_first_start_and_finance_publishes_changes_nothing(pg_admin_url: str) -> None:
