@@ -17,6 +17,8 @@ from ledger import __version__, console
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
 from ledger.db import make_engine
+from ledger.grants.controller import AdminGrantController
+from ledger.grants.service import GrantService
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
 from ledger.holds.service import HoldService
 from ledger.http.admission import admit
@@ -39,6 +41,7 @@ CONTROLLERS: list[Any] = [
     AdminOpsController,
     AdminAccountController,
     GatewayAccountController,
+    AdminGrantController,
     AdminPriceController,
     GatewayQuoteController,
     GatewayHoldController,
@@ -65,6 +68,7 @@ def create_app(
         app.state.settings = settings
         app.state.tokens = TokenRegistry(settings)
         app.state.accounts = AccountService(engine)
+        app.state.grants = GrantService(engine)
         app.state.prices = PriceService(engine)
         app.state.holds = HoldService(engine, app.state.prices, settings)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)

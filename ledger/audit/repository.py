@@ -23,6 +23,8 @@ ACTIONS = (
     "account.create",
     "account.deposit",
     "account.adjustment",
+    "grant.create",
+    "grant.expire",
     "hold.settle",
     "hold.release",
     "prices.publish",

@@ -27,6 +27,8 @@ AuditAction = Literal[
     "account.create",
     "account.deposit",
     "account.adjustment",
+    "grant.create",
+    "grant.expire",
     "hold.settle",
     "hold.release",
     "prices.publish",
