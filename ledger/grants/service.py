@@ -30,7 +30,7 @@ from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountNotFound, IdempotencyConflict, ValidationFailed
 from ledger.grants import repository
-from ledger.grants.schemas import Grant, GrantRequest
+from ledger.grants.schemas import Grant, GrantRequest, GrantState
 from ledger.ids import parse_uuid, uuid7
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg, grant_book, grants_account
@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 EXPIRY_BATCH = 200
 
 
-def grant_state(row: Any, now: datetime) -> str:
+def grant_state(row: Any, now: datetime) -> GrantState:
     if row.expires_at <= now:
         return "expired"
     return "consumed" if row.remaining == 0 else "active"
@@ -59,7 +59,7 @@ def grant_view(row: Any, now: datetime | None = None) -> Grant:
         remaining=format_amount(row.remaining),
         consumed=format_amount(consumed),
         expired=format_amount(row.expired),
-        state=grant_state(row, now or datetime.now(UTC)),  # type: ignore[arg-type]
+        state=grant_state(row, now or datetime.now(UTC)),
         priority=row.priority,
         expires_at=iso(row.expires_at),
         reason=row.reason,
