@@ -19,6 +19,8 @@ from ledger.accounts.service import AccountService
 from ledger.budgets.controller import AdminBudgetController
 from ledger.budgets.service import BudgetService
 from ledger.db import make_engine
+from ledger.grants.controller import AdminGrantController
+from ledger.grants.service import GrantService
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
 from ledger.holds.service import HoldService
 from ledger.http.admission import admit
@@ -42,6 +44,7 @@ CONTROLLERS: list[Any] = [
     AdminAccountController,
     GatewayAccountController,
     AdminBudgetController,
+    AdminGrantController,
     AdminPriceController,
     GatewayQuoteController,
     GatewayHoldController,
@@ -69,6 +72,7 @@ def create_app(
         app.state.tokens = TokenRegistry(settings)
         app.state.accounts = AccountService(engine)
         app.state.budgets = BudgetService(engine)
+        app.state.grants = GrantService(engine)
         app.state.prices = PriceService(engine)
         app.state.holds = HoldService(engine, app.state.prices, settings)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)

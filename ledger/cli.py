@@ -1,4 +1,5 @@
-"""The `ledger` command: serve, migrate, grant-service-role, worker, scheduler, health, reconcile, prices.
+"""The `ledger` command: serve, migrate, grant-service-role, worker, scheduler, health, reconcile,
+expire-grants, prices.
 
 Every command reads the same LEDGER_* settings. Without LEDGER_DATABASE_URL each
 uses the embedded PostgreSQL in LEDGER_DATA_DIR, so `ledger reconcile` works
@@ -199,6 +200,29 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if summary["status"] == "succeeded" else 1
 
 
+def cmd_expire_grants(settings: Settings, args: argparse.Namespace) -> int:
+    """One grant expiry pass now; prints its JSON summary (expired, skipped, amounts per currency)."""
+    import asyncio
+
+    from ledger.context import CLI
+    from ledger.db import make_engine
+    from ledger.grants.service import GrantService
+    from ledger.logging import configure_logging
+
+    configure_logging(settings.log_format, settings.log_level)
+    url = prepare(settings)
+
+    async def run() -> dict[str, Any]:
+        engine = make_engine(url, pool_size=2, max_overflow=0)
+        try:
+            return await GrantService(engine).expire_once(CLI)
+        finally:
+            await engine.dispose()
+
+    print(json.dumps(asyncio.run(run()), indent=2))
+    return 0
+
+
 def _require_services(settings: Settings, command: str) -> str | None:
     missing = [
         name
@@ -304,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["prices"].set_defaults(func=cmd_prices)
     reconcile = sub.add_parser("reconcile", help="resolve orphaned holds now; print the run's JSON summary")
     reconcile.set_defaults(func=cmd_reconcile)
+    expire = sub.add_parser(
+        "expire-grants", help="post out expired grants' remainders now; print a JSON summary"
+    )
+    expire.set_defaults(func=cmd_expire_grants)
     worker = sub.add_parser("worker", help="run Dramatiq worker processes (needs LEDGER_REDIS_URL)")
     worker.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     worker.add_argument("--threads", type=int, default=4, help="threads per process (default 4)")

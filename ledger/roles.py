@@ -10,6 +10,7 @@ runs as a separate role that `grant_service_role` grants only what the code need
   (the entry trigger moves the cached balance, and `FOR UPDATE` locks need it),
   `holds` (state changes), `reconciliation_runs` (a run's totals, until finished),
   `budgets` (a key's held and spent move with its holds; finance sets its terms);
+  `grants` (the entry trigger moves a grant's cached remaining; settles lock grant rows);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
 - identity sequences: USAGE; schema `public`: USAGE, and nobody but the owner may
   CREATE in it;
@@ -32,7 +33,7 @@ from psycopg import sql
 
 from ledger.settings import libpq_url
 
-UPDATABLE = frozenset({"accounts", "holds", "reconciliation_runs", "budgets"})
+UPDATABLE = frozenset({"accounts", "holds", "reconciliation_runs", "budgets", "grants"})
 READ_ONLY = frozenset({"alembic_version"})
 
 

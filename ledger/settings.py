@@ -60,6 +60,9 @@ class Settings:
     reconcile_cron: str
     price_refresh_cron: str
     integrity_cron: str
+    # When the grant expiry job runs (UTC cron): an expired grant's remainder stays in
+    # the balance (never consumed) until this posts it out.
+    grant_expiry_cron: str = "* * * * *"
     # Seconds between reconcile ticks; 0 means "use reconcile_cron". Embedded mode
     # defaults to 5 so a development server resolves orphaned holds within seconds.
     reconcile_interval_seconds: int = 0
@@ -186,6 +189,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         reconcile_cron=env.get("LEDGER_RECONCILE_CRON", "* * * * *"),
         price_refresh_cron=env.get("LEDGER_PRICE_REFRESH_CRON", "17 * * * *"),
         integrity_cron=env.get("LEDGER_INTEGRITY_CRON", "*/5 * * * *"),
+        grant_expiry_cron=env.get("LEDGER_GRANT_EXPIRY_CRON", "* * * * *"),
         reconcile_interval_seconds=_int(
             env, "LEDGER_RECONCILE_INTERVAL_SECONDS", 0 if database_url else EMBEDDED_RECONCILE_INTERVAL
         ),

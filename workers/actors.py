@@ -12,7 +12,9 @@ redelivered message is harmless:
   over: the run logs a warning and records the skip, ok; rate moves past
   LEDGER_PRICE_REFRESH_MAX_FACTOR are refused, logged at ERROR, not ok);
 - `check_integrity`: the check behind GET /admin/v1/integrity; sets
-  `ledger_integrity_ok` and logs any mismatch at ERROR level.
+  `ledger_integrity_ok` and logs any mismatch at ERROR level;
+- `expire_grants`: one `GrantService.expire_once` pass (`ledger expire-grants`): posts
+  each expired grant's remainder out through the journal; counts in its job run.
 
 A job whose previous execution still runs (anywhere: its advisory lock is held)
 skips instead of overlapping it.
@@ -33,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger.context import Actor
 from ledger.db import transaction
+from ledger.grants.service import GrantService
 from ledger.holds.service import HoldService
 from ledger.integrity import service as integrity
 from ledger.jobs import repository as job_runs
@@ -49,7 +52,7 @@ from workers.runtime import runtime
 
 log = structlog.get_logger(__name__)
 
-JOBS = ("reconcile", "refresh_prices", "check_integrity")
+JOBS = ("reconcile", "refresh_prices", "check_integrity", "expire_grants")
 JobMessage = Callable[[], None]
 Body = Callable[[AsyncEngine], Awaitable[tuple[bool, dict[str, Any]]]]
 
@@ -178,10 +181,18 @@ def check_integrity(ctx: JobContext) -> dict[str, Any]:
     return run_job(ctx, "check_integrity", body)
 
 
+def expire_grants(ctx: JobContext) -> dict[str, Any]:
+    async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
+        return True, await GrantService(engine).expire_once(ctx.actor)
+
+    return run_job(ctx, "expire_grants", body)
+
+
 BODIES: dict[str, Callable[[JobContext], dict[str, Any]]] = {
     "reconcile": reconcile,
     "refresh_prices": refresh_prices,
     "check_integrity": check_integrity,
+    "expire_grants": expire_grants,
 }
 
 
@@ -200,7 +211,7 @@ def _message(name: str, job: Callable[[JobContext], dict[str, Any]], ctx: JobCon
 
 
 def register_actors(broker: dramatiq.Broker, ctx: JobContext) -> dict[str, dramatiq.Actor[[], None]]:
-    """Declare the three actors on `broker`, bound to `ctx` (idempotent per broker and context)."""
+    """Declare the actors on `broker`, bound to `ctx` (idempotent per broker and context)."""
     with _lock:
         known = _declared.get(id(broker))
         if known is not None and known[0] == ctx:

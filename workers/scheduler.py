@@ -12,7 +12,7 @@
   per-job advisory lock (`workers.actors.run_job`), so a tick whose previous run is
   still going, in any process, skips.
 - Cron expressions (LEDGER_RECONCILE_CRON, LEDGER_PRICE_REFRESH_CRON,
-  LEDGER_INTEGRITY_CRON) are read in UTC. LEDGER_RECONCILE_INTERVAL_SECONDS > 0
+  LEDGER_INTEGRITY_CRON, LEDGER_GRANT_EXPIRY_CRON) are read in UTC. LEDGER_RECONCILE_INTERVAL_SECONDS > 0
   replaces the reconcile cron with a fixed interval.
 - Firing a job enqueues its actor (`actor.send()`). If the broker cannot be
   reached the failure is logged and counted; nothing is lost, because every job
@@ -55,6 +55,7 @@ def job_triggers(settings: Settings) -> dict[str, Any]:
         "reconcile": reconcile,
         "refresh_prices": CronTrigger.from_crontab(settings.price_refresh_cron, timezone=UTC),
         "check_integrity": CronTrigger.from_crontab(settings.integrity_cron, timezone=UTC),
+        "expire_grants": CronTrigger.from_crontab(settings.grant_expiry_cron, timezone=UTC),
     }
 
 

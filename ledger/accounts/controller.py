@@ -31,7 +31,9 @@ from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.schemas import Page
 
 # The journal transaction kinds (journal.repository.KINDS); anything else is 422 `kind`.
-JournalKind = Literal["deposit", "adjustment", "reserve", "settle", "release", "true_up"]
+JournalKind = Literal[
+    "deposit", "adjustment", "reserve", "settle", "release", "true_up", "grant", "grant_expiry"
+]
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
 Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]

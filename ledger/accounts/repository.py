@@ -13,7 +13,13 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-COLUMNS = "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason"
+# `granted`: the sum of the account's grant books (0013's cache on the grant rows; an
+# index-only probe that finds nothing for an account without grants).
+COLUMNS = (
+    "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason, "
+    "(SELECT coalesce(sum(g.remaining), 0) FROM grants g "
+    "WHERE g.account_id = accounts.id AND g.remaining > 0) AS granted"
+)
 
 _INSERT = text(
     f"INSERT INTO accounts (id, kind, currency, credit_limit, metadata) "

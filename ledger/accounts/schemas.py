@@ -74,7 +74,9 @@ class Account(msgspec.Struct, frozen=True):
     account_id: str
     currency: str
     credit_limit: str
-    balance: str
+    balance: str  # paid + granted
+    paid: str  # the main and hold books: money deposited (or owed), as before grants
+    granted: str  # what the account's grants still hold (consumed before paid)
     held: str
     available: str
     metadata: Metadata
@@ -90,7 +92,9 @@ class Account(msgspec.Struct, frozen=True):
 class Balance(msgspec.Struct, frozen=True):
     account_id: str
     currency: str
-    balance: str
+    balance: str  # paid + granted
+    paid: str
+    granted: str
     held: str
     available: str
     credit_limit: str

@@ -69,6 +69,8 @@ def account_view(row: Any) -> Account:
         currency=row.currency.strip(),
         credit_limit=format_amount(row.credit_limit),
         balance=format_amount(row.balance),
+        paid=format_amount(EXACT.subtract(row.balance, row.granted)),
+        granted=format_amount(row.granted),
         held=format_amount(row.held),
         available=format_amount(available),
         metadata=row.metadata,
@@ -86,6 +88,8 @@ def balance_view(row: Any) -> Balance:
         account_id=account.account_id,
         currency=account.currency,
         balance=account.balance,
+        paid=account.paid,
+        granted=account.granted,
         held=account.held,
         available=account.available,
         credit_limit=account.credit_limit,
@@ -163,11 +167,13 @@ class AccountService:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
             if as_of is None:
                 return balance_view(row)
-            balance, held = await journal.balance_as_of(conn, account_id, as_of)
+            balance, held, granted = await journal.balance_as_of(conn, account_id, as_of)
         return Balance(
             account_id=row.id,
             currency=row.currency.strip(),
             balance=format_amount(balance),
+            paid=format_amount(EXACT.subtract(balance, granted)),
+            granted=format_amount(granted),
             held=format_amount(held),
             available=format_amount(available_of(balance, row.credit_limit, held)),
             credit_limit=format_amount(row.credit_limit),

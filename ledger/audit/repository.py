@@ -28,6 +28,8 @@ ACTIONS = (
     "account.adjustment",
     "budget.set",
     "budget.remove",
+    "grant.create",
+    "grant.expire",
     "hold.settle",
     "hold.release",
     "prices.publish",

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledger.budgets import repository as budgets
+from ledger.grants.repository import consumption_ctes
 
 HOLD_COLUMNS = (
     "id, account_id, idempotency_key, request_hash, state, model, price_version, currency, amount, "
@@ -101,6 +102,35 @@ def _journal_ctes(kind: str, source: str, n_legs: int) -> str:
     )"""
 
 
+def _settle_journal_ctes(n_legs: int) -> str:
+    """The settle's journal transaction, taking what it can of the charge from live grants.
+
+    The legs come as parameters, as in `_journal_ctes`; `gl`/`take` (locked after the
+    account and the hold) say what each live grant pays of :charged, and the SQL adds
+    grant legs -g_i and raises the account's main leg by their sum. Zero legs are left
+    out, and no transaction is written when every leg is zero.
+    """
+    values = ", ".join(f"(:a{i}, :b{i}, CAST(:m{i} AS numeric))" for i in range(n_legs))
+    return f"""
+    , {consumption_ctes("l.account_id", ":charged", joined="l", gate="l.state IN ('open', 'interrupted')")}
+    , legs AS (
+      SELECT v.account_id, v.book,
+             v.amount + CASE WHEN v.book = 'main' AND v.account_id = l.account_id
+                             THEN (SELECT coalesce(sum(take.amount), 0) FROM take) ELSE 0 END AS amount
+        FROM l, (VALUES {values}) AS v (account_id, book, amount)
+      UNION ALL
+      SELECT l.account_id, 'grant:' || take.id, -take.amount FROM l, take WHERE take.amount > 0
+    ), t AS (
+      INSERT INTO journal_transactions (kind, account_id, hold_id, actor)
+      SELECT 'settle', u.account_id, u.id, :actor FROM u
+       WHERE EXISTS (SELECT 1 FROM legs WHERE legs.amount <> 0)
+      RETURNING id
+    ), e AS (
+      INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount)
+      SELECT t.id, legs.account_id, :currency, legs.book, legs.amount FROM t, legs WHERE legs.amount <> 0
+    )"""
+
+
 def _leg_params(params: dict[str, Any], legs: list[Any]) -> None:
     for i, leg in enumerate(legs):
         params[f"a{i}"], params[f"b{i}"], params[f"m{i}"] = leg.account_id, leg.book, leg.amount
@@ -182,6 +212,9 @@ def _settle_statement(n_legs: int, budgeted: bool = False) -> Any:
     both rows are re-read), and only if the hold is still open or interrupted: marks it
     settled and writes the settle's journal transaction. The row returned says which.
 
+    The charge is taken from the account's live grants first (`_settle_journal_ctes`):
+    for an account without grants that is one probe of an empty partial index.
+
     A flagged settle (charge above the overage factor) also marks the account for
     review (CTE r). The hold's update waits for r (the EXISTS), and the journal entries,
     whose trigger moves the account's balance, come after the hold's update: so this
@@ -214,7 +247,7 @@ def _settle_statement(n_legs: int, budgeted: bool = False) -> Any:
                 FROM l WHERE holds.id = l.id AND l.state IN ('open', 'interrupted')
                  AND (NOT CAST(:flagged AS boolean) OR EXISTS (SELECT 1 FROM r))
               RETURNING holds.*
-            ){_journal_ctes("settle", "u", n_legs)}{budgets.SETTLE_CTES if budgeted else ""}
+            ){_settle_journal_ctes(n_legs)}{budgets.SETTLE_CTES if budgeted else ""}
             SELECT l.state AS locked_state, {budgets.SETTLE_COLUMNS if budgeted else ""}{returned}
               FROM l LEFT JOIN u ON true{budgets.SETTLE_JOIN if budgeted else ""}
             """

@@ -51,6 +51,7 @@ from ledger.errors import (
     PricingUnavailable,
     UsageInvalid,
 )
+from ledger.grants import repository as grants
 from ledger.holds import repository
 from ledger.holds.postings import moves_money, release_legs, reserve_legs, settle_legs, true_up_legs
 from ledger.holds.schemas import Hold, ReserveRequest
@@ -468,11 +469,8 @@ class HoldService:
             raise translate_pricing_error(error) from error
         held, amount = terms.amount, charge.amount
         review = self._over_factor(held, amount, currency)
-        legs = [
-            leg
-            for leg in settle_legs(terms.account_id, currency, str(hold_id), held, amount)
-            if leg.amount != 0
-        ]
+        # Zero legs included: the statement adds what grants pay to the main leg, then drops zeros.
+        legs = settle_legs(terms.account_id, currency, str(hold_id), held, amount)
 
         async def work(conn: AsyncConnection) -> Any:
             return await repository.settle_unresolved(
@@ -583,7 +581,8 @@ class HoldService:
         if hold.state in UNRESOLVED:
             charge = await self._charge(conn, hold, usage, actor)
             held, amount = hold.amount, charge.amount
-            legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount)
+            takes = await grants.take(conn, hold.account_id, amount)
+            legs = settle_legs(hold.account_id, hold.currency.strip(), str(hold.id), held, amount, takes)
             await self._post(conn, hold, "settle", legs, actor, reason)
             await self._budget_move(conn, hold, held_delta=-held, spent_delta=amount)
             await self._audit(conn, actor, "hold.settle", hold, reason, {"charge": format_amount(amount)})
@@ -616,7 +615,9 @@ class HoldService:
         flagged = await self._flag(conn, hold, charge.amount) is not None
         previous = hold.charged or Decimal(0)
         difference = charge.amount - previous
-        legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference)
+        # A positive difference is charged like a settle (grants first); a refund goes to paid.
+        takes = await grants.take(conn, hold.account_id, difference)
+        legs = true_up_legs(hold.account_id, hold.currency.strip(), str(hold.id), difference, takes)
         await self._post(conn, hold, "true_up", legs, actor, f"late settle after {hold.resolved_by}")
         # The difference corrects the spend of the moment the hold was resolved.
         await self._budget_move(

@@ -43,6 +43,23 @@ HOLD_MISMATCHES = text(
      ORDER BY a.id LIMIT 1000
     """
 )
+# Each grant's cached remaining and expired against its book's entries: remaining is the
+# book's sum, expired what its grant_expiry entries took out.
+GRANT_MISMATCHES = text(
+    """
+    SELECT g.id, g.account_id, g.remaining, g.expired,
+           coalesce(e.book_sum, 0) AS journal_remaining, coalesce(e.expired_sum, 0) AS journal_expired
+      FROM grants g
+      LEFT JOIN (SELECT je.account_id, je.book, sum(je.amount) AS book_sum,
+                        coalesce(-sum(je.amount) FILTER (WHERE t.kind = 'grant_expiry'), 0) AS expired_sum
+                   FROM journal_entries je JOIN journal_transactions t ON t.id = je.transaction_id
+                  WHERE starts_with(je.book, 'grant:') GROUP BY je.account_id, je.book) e
+        ON e.account_id = g.account_id AND e.book = 'grant:' || g.id
+     WHERE g.remaining <> coalesce(e.book_sum, 0) OR g.expired <> coalesce(e.expired_sum, 0)
+     ORDER BY g.id LIMIT 1000
+    """
+)
+HAS_GRANTS = text("SELECT to_regclass('grants') IS NOT NULL AS present")
 HAS_HOLDS = text("SELECT to_regclass('holds') IS NOT NULL AS present")
 
 
@@ -59,7 +76,10 @@ async def snapshot(conn: AsyncConnection) -> dict[str, Any]:
         "counts": (await conn.execute(COUNTS)).one(),
         "system": list((await conn.execute(SYSTEM_BALANCES)).all()),
         "hold_mismatches": [],
+        "grant_mismatches": [],
     }
+    if (await conn.execute(HAS_GRANTS)).scalar():
+        result["grant_mismatches"] = list((await conn.execute(GRANT_MISMATCHES)).all())
     if (await conn.execute(HAS_HOLDS)).scalar():
         result["hold_mismatches"] = list((await conn.execute(HOLD_MISMATCHES)).all())
     return result

@@ -3,6 +3,7 @@
 It proves, over one consistent snapshot:
 - every customer account's cached balance and held equal the sums of its entries;
 - every account's held equals the sum of its unresolved (open, interrupted) holds;
+- every grant's cached remaining and expired equal its book's entries (0013);
 - every journal transaction sums to zero per currency;
 - the whole journal sums to zero per currency.
 """
@@ -36,6 +37,17 @@ def build_report(snap: dict[str, Any]) -> dict[str, Any]:
         {"account_id": r.id, "held": format_amount(r.held), "open_holds": format_amount(r.holds_open)}
         for r in snap["hold_mismatches"]
     ]
+    grant_mismatches = [
+        {
+            "grant_id": str(r.id),
+            "account_id": r.account_id,
+            "remaining": format_amount(r.remaining),
+            "journal_remaining": format_amount(r.journal_remaining),
+            "expired": format_amount(r.expired),
+            "journal_expired": format_amount(r.journal_expired),
+        }
+        for r in snap.get("grant_mismatches", [])
+    ]
     unbalanced = [
         {
             "transaction_id": str(r.transaction_id),
@@ -44,7 +56,13 @@ def build_report(snap: dict[str, Any]) -> dict[str, Any]:
         }
         for r in snap["unbalanced"]
     ]
-    ok = not mismatches and not hold_mismatches and not unbalanced and all(v == "0" for v in totals.values())
+    ok = (
+        not mismatches
+        and not hold_mismatches
+        and not grant_mismatches
+        and not unbalanced
+        and all(v == "0" for v in totals.values())
+    )
     return {
         "ok": ok,
         "checked_at": iso(datetime.now(UTC)),
@@ -54,6 +72,7 @@ def build_report(snap: dict[str, Any]) -> dict[str, Any]:
         "totals": totals,
         "account_mismatches": mismatches,
         "hold_mismatches": hold_mismatches,
+        "grant_mismatches": grant_mismatches,
         "unbalanced_transactions": unbalanced,
         "system_accounts": {r.id: format_amount(r.balance) for r in snap["system"]},
     }

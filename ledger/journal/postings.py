@@ -1,9 +1,11 @@
 """Legs of a journal transaction and the system accounts they use.
 
-A leg is (account, book, amount). Customer accounts have two books: `main` and
-`hold`. An account's `balance` is the sum of both books and its `held` is the hold
-book, so moving money main -> hold (a reservation) leaves `balance` unchanged and
-lowers `available` = balance + credit_limit - held.
+A leg is (account, book, amount). Customer accounts have the books `main` and
+`hold`, and one book `grant:<grant id>` per credit grant. An account's `balance` is
+the sum of all its books, its `held` is the hold book and its `granted` the sum of
+its grant books (`paid` = balance - granted), so moving money main -> hold (a
+reservation) leaves `balance` unchanged and lowers `available` = balance +
+credit_limit - held.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal
 
 from pricing.money import add
 
-Book = Literal["main", "hold"]
+# "main", "hold" or grant_book(grant id) (the CHECK on journal_entries.book).
+Book = str
 REVENUE_SHARDS = 16
 
 
@@ -34,6 +36,15 @@ def adjustments_account(currency: str) -> str:
     return f"system:adjustments:{currency}"
 
 
+def grants_account(currency: str) -> str:
+    """The counterpart of every grant and grant expiry (like funding: no cached balance)."""
+    return f"system:grants:{currency}"
+
+
+def grant_book(grant_id: object) -> str:
+    return f"grant:{grant_id}"
+
+
 def revenue_account(currency: str, spread_key: str) -> str:
     """One of the revenue shards, chosen by a stable hash of `spread_key` (e.g. the hold id)."""
     shard = zlib.crc32(spread_key.encode()) % REVENUE_SHARDS
@@ -46,7 +57,12 @@ def revenue_accounts(currency: str) -> list[str]:
 
 
 def system_accounts(currency: str) -> list[str]:
-    return [funding_account(currency), adjustments_account(currency), *revenue_accounts(currency)]
+    return [
+        funding_account(currency),
+        adjustments_account(currency),
+        grants_account(currency),
+        *revenue_accounts(currency),
+    ]
 
 
 def balanced(legs: list[Leg]) -> bool:

@@ -94,7 +94,7 @@ async def post(
 
 
 # Journal transaction kinds (the CHECK constraint on journal_transactions.kind).
-KINDS = ("deposit", "adjustment", "reserve", "settle", "release", "true_up")
+KINDS = ("deposit", "adjustment", "reserve", "settle", "release", "true_up", "grant", "grant_expiry")
 
 _ACCOUNT_JOURNAL = text(
     """
@@ -155,11 +155,15 @@ async def account_journal(
 
 _BALANCE_AS_OF = text(
     "SELECT coalesce(sum(amount), 0) AS balance, "
-    "coalesce(sum(amount) FILTER (WHERE book = 'hold'), 0) AS held "
+    "coalesce(sum(amount) FILTER (WHERE book = 'hold'), 0) AS held, "
+    "coalesce(sum(amount) FILTER (WHERE starts_with(book, 'grant:')), 0) AS granted "
     "FROM journal_entries WHERE account_id = :account_id AND created_at <= :as_of"
 )
 
 
-async def balance_as_of(conn: AsyncConnection, account_id: str, as_of: datetime) -> tuple[Decimal, Decimal]:
+async def balance_as_of(
+    conn: AsyncConnection, account_id: str, as_of: datetime
+) -> tuple[Decimal, Decimal, Decimal]:
+    """(balance, held, granted) from the account's entries up to `as_of`."""
     row = (await conn.execute(_BALANCE_AS_OF, {"account_id": account_id, "as_of": as_of})).one()
-    return row.balance, row.held
+    return row.balance, row.held, row.granted

@@ -32,6 +32,8 @@ AuditAction = Literal[
     "account.adjustment",
     "budget.set",
     "budget.remove",
+    "grant.create",
+    "grant.expire",
     "hold.settle",
     "hold.release",
     "prices.publish",

@@ -32,6 +32,8 @@ def test_create_get_and_list_account(client: TestClient[Any]) -> None:
         "currency": "USD",
         "credit_limit": "5.25",
         "balance": "0",
+        "paid": "0",
+        "granted": "0",
         "held": "0",
         "available": "5.25",
         "metadata": {"team": "research"},

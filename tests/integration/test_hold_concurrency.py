@@ -245,3 +245,45 @@ def test_server_metrics_count_requests(server: str) -> None:
 
 
 _ = (FINANCE, new_id)
+
+
+def test_parallel_settles_consume_grants_exactly_once(
+    server: str, client: TestClient[Any], funded: Callable[[str], str]
+) -> None:
+    """30 settles of one account at once, paid first from three grants (locked in order)."""
+    account_id = funded("1")
+    grant_ids = []
+    for priority in (5, 0, 9):
+        r = client.post(
+            f"/admin/v1/accounts/{account_id}/grants",
+            json={
+                "idempotency_key": new_id("g"),
+                "amount": "0.001",
+                "priority": priority,
+                "expires_at": "2999-01-01T00:00:00Z",
+                "reason": "concurrency",
+            },
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+        grant_ids.append(r.json()["grant_id"])
+    holds = [
+        client.post("/v1/holds", json=reserve_body(account_id, f"g{i}"), headers=auth(GATEWAY)).json()["id"]
+        for i in range(30)
+    ]
+
+    def work(http: httpx.Client, i: int) -> int:
+        r = http.post(
+            f"{server}/v1/holds/{holds[i]}/settle",
+            json={"usage": {"prompt_tokens": 100, "completion_tokens": 10}},  # 0.0003 each
+            headers=auth(GATEWAY),
+        )
+        return r.status_code
+
+    assert set(together(len(holds), work)) == {200}
+    grants = client.get(f"/admin/v1/accounts/{account_id}/grants", headers=auth(VIEWER)).json()["data"]
+    assert {g["remaining"] for g in grants} == {"0"}
+    body = client.get(f"/v1/accounts/{account_id}/balance", headers=auth(GATEWAY)).json()
+    # 1 paid + 0.003 granted - 30 x 0.0003: the grants pay 0.003, paid pays 0.006.
+    assert (body["balance"], body["paid"], body["granted"]) == ("0.994", "0.994", "0")
+    integrity_ok(client)

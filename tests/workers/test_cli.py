@@ -83,3 +83,25 @@ def test_health_answers_for_worker_and_scheduler(database: str, private_redis: P
         LEDGER_REDIS_URL=private_redis.url,
     )
     assert done.returncode == 1 and set(json.loads(done.stdout)["problems"]) == {"database"}
+
+
+def test_ledger_expire_grants_prints_a_summary_and_expires_once(make_account: Any, database: str) -> None:
+    import psycopg
+
+    from tests.integration.test_grant_invariants import sql_grant
+
+    account_id = make_account("1")
+    with psycopg.connect(database) as conn:
+        grant_id = sql_grant(conn, account_id, "0.25", expires="now() - interval '1 second'")
+    done = ledger("expire-grants", LEDGER_DATABASE_URL=database, LEDGER_LOG_LEVEL="warning")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["expired"] >= 1 and set(summary) == {"expired", "skipped", "amounts"}
+    again = ledger("expire-grants", LEDGER_DATABASE_URL=database, LEDGER_LOG_LEVEL="warning")
+    assert again.returncode == 0, again.stderr
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM journal_transactions WHERE kind = 'grant_expiry' AND reference = %s",
+            (grant_id,),
+        ).fetchone()
+    assert row is not None and row[0] == 1

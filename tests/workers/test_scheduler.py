@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -11,7 +12,7 @@ import pytest
 from litestar.testing import TestClient
 
 from ledger.reconciliation.gauges import refresh
-from tests.conftest import FINANCE, GATEWAY, auth, new_id
+from tests.conftest import FINANCE, GATEWAY, VIEWER, auth, new_id
 from tests.workers.conftest import SMALL_CHARGE, checkpoint, get_hold, reserve
 
 NEVER = "0 0 1 1 *"  # cron: once a year, so only the job under test fires
@@ -61,7 +62,7 @@ def test_cron_expressions_are_checked_at_start(settings: Any, sa_url: str) -> No
     from workers.scheduler import LeaderScheduler, job_triggers
 
     triggers = job_triggers(settings)
-    assert sorted(triggers) == ["check_integrity", "reconcile", "refresh_prices"]
+    assert sorted(triggers) == ["check_integrity", "expire_grants", "reconcile", "refresh_prices"]
     assert "cron" in str(triggers["reconcile"])
     assert "interval" in str(job_triggers(replace(settings, reconcile_interval_seconds=5))["reconcile"])
     with pytest.raises(ValueError):
@@ -205,3 +206,33 @@ def test_embedded_serve_settles_an_orphaned_hold_by_itself(settings: Any, sa_url
         ).json()
         mine = [run for run in runs["data"] if any(i["hold_id"] == hold["id"] for i in run["items"])]
         assert [(run["trigger"], run["actor"]) for run in mine] == [("embedded", "embedded")]
+
+
+def test_the_grant_expiry_job_posts_expired_grants_out_and_records_counts(
+    settings: Any, sa_url: str, database: str, make_account: Any, client: TestClient[Any]
+) -> None:
+    from tests.integration.test_grant_invariants import sql_grant
+    from workers.actors import JobContext, expire_grants
+
+    account_id = make_account("1")
+    with psycopg.connect(database) as conn:
+        grant_id = sql_grant(conn, account_id, "0.5", expires="now() - interval '1 second'")
+    done = expire_grants(JobContext(settings, sa_url))
+    assert done["skipped"] is False and done["ok"] is True
+    assert done["summary"]["expired"] >= 1
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT summary FROM job_runs WHERE job = 'expire_grants' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        left = conn.execute("SELECT remaining, expired FROM grants WHERE id = %s", (grant_id,)).fetchone()
+    assert row is not None and row[0]["expired"] == done["summary"]["expired"]
+    assert left is not None and (left[0], left[1]) == (0, Decimal("0.5"))
+    assert expire_grants(JobContext(settings, sa_url))["ok"] is True  # a second run: nothing of it again
+    with psycopg.connect(database) as conn:
+        n = conn.execute(
+            "SELECT count(*) FROM journal_transactions WHERE kind = 'grant_expiry' AND reference = %s",
+            (grant_id,),
+        ).fetchone()
+    assert n is not None and n[0] == 1
+    body = client.get(f"/admin/v1/accounts/{account_id}", headers=auth(VIEWER))
+    assert (body.json()["paid"], body.json()["granted"]) == ("1", "0")

@@ -1,0 +1,1 @@
+"""Credit grants: credit finance gives an account, consumed before paid balance, expiring."""
