@@ -406,3 +406,53 @@ def test_grant_is_idempotent_and_refusals_change_nothing(
     assert len(grants_of(client, account_id)) == 1
     admin_view = client.get(f"/admin/v1/accounts/{account_id}", headers=auth(VIEWER)).json()
     assert (admin_view["paid"], admin_view["granted"], admin_view["balance"]) == ("1", "5", "6")
+
+
+@pytest.mark.parametrize("path", ["gateway", "admin"])
+def test_a_budgeted_hold_settled_from_a_grant_moves_both(
+    client: TestClient[Any], world: dict[str, Any], path: str
+) -> None:
+    """The settle statement carries the grant and the budget pieces together (fast path), and the
+    locked path (admin settle) does both in its transaction: neither may drop the other."""
+    account_id = world["account"]
+    assert grant(client, account_id, "0.5", priority=0).status_code == 201
+    r = client.put(
+        f"/admin/v1/accounts/{account_id}/budgets/proj",
+        json={"amount": "1", "period": "daily", "reason": "cap"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code in (200, 201), r.text
+    r = client.post(
+        "/v1/holds",
+        json={
+            "account_id": account_id,
+            "idempotency_key": new_id("r"),
+            "model": "t-simple",
+            "max_output_tokens": 100,
+            "budget_key": "proj",
+        },
+        headers=auth(GATEWAY),
+    )
+    assert r.status_code == 201, r.text
+    hold_id = r.json()["id"]
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100}  # 1000 x 2 + 100 x 10 per 1M
+    if path == "gateway":
+        r = client.post(f"/v1/holds/{hold_id}/settle", json={"usage": usage}, headers=auth(GATEWAY))
+    else:
+        r = client.post(
+            f"/admin/v1/holds/{hold_id}/settle",
+            json={"usage": usage, "reason": "ops"},
+            headers=auth(FINANCE),
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["charge"]["amount"] == "0.003"
+    budget = client.get(f"/admin/v1/accounts/{account_id}/budgets/proj", headers=auth(VIEWER)).json()
+    assert (budget["spent"], budget["held"]) == ("0.003", "0")
+    assert balance(client, account_id) == {
+        "balance": "1.497",
+        "paid": "1",
+        "granted": "0.497",
+        "held": "0",
+        "available": "1.497",
+    }
+    assert_integrity(client)
