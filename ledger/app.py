@@ -16,6 +16,8 @@ from litestar import Litestar
 from ledger import __version__, console
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
+from ledger.alerts.controller import AdminAlertController
+from ledger.alerts.service import AlertService
 from ledger.db import make_engine
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
 from ledger.holds.service import HoldService
@@ -45,6 +47,7 @@ CONTROLLERS: list[Any] = [
     AdminHoldController,
     AdminReconciliationController,
     AdminReportController,
+    AdminAlertController,
     *console.CONTROLLERS,
 ]
 
@@ -69,6 +72,7 @@ def create_app(
         app.state.holds = HoldService(engine, app.state.prices, settings)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
         app.state.reports = ReportService(engine)
+        app.state.alerts = AlertService(engine, settings)
         try:
             yield
         finally:

@@ -8,7 +8,8 @@ runs as a separate role that `grant_service_role` grants only what the code need
   refused by a missing privilege before the append-only triggers even run;
 - UPDATE only on the tables the service changes in place (`UPDATABLE`): `accounts`
   (the entry trigger moves the cached balance, and `FOR UPDATE` locks need it),
-  `holds` (state changes), `reconciliation_runs` (a run's totals, until finished);
+  `holds` (state changes), `reconciliation_runs` (a run's totals, until finished),
+  `account_alerts` (threshold, armed side) and `alert_events` (delivery state, until finished);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
 - identity sequences: USAGE; schema `public`: USAGE, and nobody but the owner may
   CREATE in it;
@@ -31,7 +32,7 @@ from psycopg import sql
 
 from ledger.settings import libpq_url
 
-UPDATABLE = frozenset({"accounts", "holds", "reconciliation_runs"})
+UPDATABLE = frozenset({"accounts", "holds", "reconciliation_runs", "account_alerts", "alert_events"})
 READ_ONLY = frozenset({"alembic_version"})
 
 

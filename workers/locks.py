@@ -25,7 +25,7 @@ log = structlog.get_logger(__name__)
 
 NAMESPACE = 0x4C454447
 LEADER = 0
-JOB_KEYS = {"reconcile": 1, "refresh_prices": 2, "check_integrity": 3}
+JOB_KEYS = {"reconcile": 1, "refresh_prices": 2, "check_integrity": 3, "deliver_alerts": 4}
 CONNECT_TIMEOUT = 5
 
 

@@ -32,6 +32,8 @@ ACTIONS = (
     "prices.refresh",
     "prices.seed",
     "reconciliation.run",
+    "alert.configure",
+    "alert.remove",
 )
 
 _LIST = text(
