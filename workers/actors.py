@@ -92,10 +92,11 @@ def run_job(ctx: JobContext, job: str, body: Body, *, record_idle: bool = True) 
             bound.error("job.failed", error=f"{type(error).__name__}: {error}")
             _record(ctx, job, started, ok=False, summary={"error": f"{type(error).__name__}: {error}"})
             raise  # Dramatiq's Retries middleware retries it with backoff
-        if record_idle or not summary.get("idle"):
+        idle = not record_idle and bool(summary.get("idle"))
+        if not idle:
             _record(ctx, job, started, ok=ok, summary=summary)
         _refresh_gauges(ctx)
-        bound.info("job.finished", ok=ok)
+        (bound.debug if idle else bound.info)("job.finished", ok=ok)
         return {"job": job, "skipped": False, "ok": ok, "summary": summary}
 
 

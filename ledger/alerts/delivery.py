@@ -94,7 +94,7 @@ async def _deliver_one(conn: AsyncConnection, settings: Settings, secret: str, s
     try:
         # The socket timeout bounds each connect and read; this bounds the whole call.
         outcome = await asyncio.wait_for(
-            asyncio.to_thread(send, row.webhook_url, body, headers), settings.alert_timeout_seconds * 2
+            asyncio.to_thread(send, row.target_url, body, headers), settings.alert_timeout_seconds * 2
         )
     except TimeoutError:
         outcome = webhook.Outcome(False, None, f"no answer within {settings.alert_timeout_seconds * 2} s")
@@ -103,6 +103,7 @@ async def _deliver_one(conn: AsyncConnection, settings: Settings, secret: str, s
         conn,
         row.id,
         attempt=attempt,
+        url=row.target_url,
         status_code=outcome.status_code,
         error=outcome.error,
         delivered=outcome.delivered,

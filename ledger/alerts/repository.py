@@ -50,16 +50,22 @@ _EVENTS = text(
     f"SELECT {_EVENT} FROM alert_events WHERE account_id = :id AND id < :before ORDER BY id DESC LIMIT :limit"
 )
 _DELIVERIES = text(
-    "SELECT event_id, attempt, at, status_code, error, delivered FROM alert_deliveries "
+    "SELECT event_id, attempt, at, webhook_url, status_code, error, delivered FROM alert_deliveries "
     "WHERE event_id = ANY(:ids) ORDER BY event_id, attempt"
 )
+# The target is the alert's current URL (a corrected URL applies to pending events); the
+# event's own URL (as configured at the crossing) if the alert row is gone.
 _CLAIM = text(
-    f"SELECT {_EVENT} FROM alert_events WHERE status = 'pending' AND next_attempt_at <= now() "
-    "ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    "SELECT e.id, e.event_id, e.account_id, e.kind, e.threshold, e.available_before, "
+    "e.available_after, e.currency, e.created_at, e.attempts, "
+    "coalesce(a.webhook_url, e.webhook_url) AS target_url "
+    "FROM alert_events e LEFT JOIN account_alerts a ON a.account_id = e.account_id AND a.active "
+    "WHERE e.status = 'pending' AND e.next_attempt_at <= now() "
+    "ORDER BY e.next_attempt_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
 )
 _RECORD_ATTEMPT = text(
-    "INSERT INTO alert_deliveries (event_id, attempt, status_code, error, delivered) "
-    "VALUES (:event, :attempt, :status_code, :error, :delivered)"
+    "INSERT INTO alert_deliveries (event_id, attempt, webhook_url, status_code, error, delivered) "
+    "VALUES (:event, :attempt, :url, :status_code, :error, :delivered)"
 )
 _FINISH = text(
     "UPDATE alert_events SET status = :status, attempts = :attempt, finished_at = now() WHERE id = :event"
@@ -122,6 +128,7 @@ async def record_attempt(
     event_id: int,
     *,
     attempt: int,
+    url: str,
     status_code: int | None,
     error: str | None,
     delivered: bool,
@@ -129,6 +136,7 @@ async def record_attempt(
     params = {
         "event": event_id,
         "attempt": attempt,
+        "url": url,
         "status_code": status_code,
         "error": error,
         "delivered": delivered,

@@ -39,6 +39,7 @@ class Alert(msgspec.Struct, frozen=True):
 class Delivery(msgspec.Struct, frozen=True):
     attempt: int
     at: str
+    webhook_url: str
     status_code: int | None
     error: str | None
     delivered: bool

@@ -75,6 +75,7 @@ def event_view(row: Any, deliveries: list[Any]) -> AlertEvent:
             Delivery(
                 attempt=d.attempt,
                 at=iso(d.at),
+                webhook_url=d.webhook_url,
                 status_code=d.status_code,
                 error=d.error,
                 delivered=d.delivered,

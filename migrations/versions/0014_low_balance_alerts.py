@@ -14,15 +14,20 @@
   twice). Per queued row it is one primary-key probe of `account_alerts`; only on a
   crossing does it flip `below` and insert an `alert_events` row. Both happen under the
   account row lock the posting holds, so concurrent postings see the flips in order.
-  It never raises: a failing alert must not undo a money movement.
+  A failing alert must not undo a money movement: the function runs with its owner's
+  privileges (SECURITY DEFINER, fixed search_path), so a service role without grants
+  on the alert tables cannot break postings, and the crossing's writes run in an
+  exception block that turns any error into a WARNING in the server log (the block's
+  subtransaction is paid only on a crossing, never on the common path).
 - `alert_events`: the outbox. `kind` 'below' (available went from >= threshold to <
   threshold) or 'above' (back to >= threshold: the alert is re-armed). Amounts of
   `available` are unconstrained numerics (balance + credit_limit can exceed 38 digits).
   Only the delivery columns (`status`, `attempts`, `next_attempt_at`, `finished_at`)
   change, and only while the event is `pending`; a finished event never changes and no
   event is deleted.
-- `alert_deliveries`: one row per HTTP attempt; append-only (no UPDATE, DELETE or
-  TRUNCATE).
+- `alert_deliveries`: one row per HTTP attempt, with the URL it went to (the alert's
+  current URL, so a corrected URL applies to pending events; the event keeps the URL
+  configured at the crossing); append-only (no UPDATE, DELETE or TRUNCATE).
 - `job_runs.job` also admits `deliver_alerts` (the delivery job's non-idle runs).
 
 Revision ID: 0014
@@ -78,13 +83,15 @@ CREATE TABLE alert_deliveries (
   event_id    bigint NOT NULL REFERENCES alert_events (id),
   attempt     integer NOT NULL CHECK (attempt >= 1),
   at          timestamptz NOT NULL DEFAULT now(),
+  webhook_url text NOT NULL,
   status_code integer,
   error       text,
   delivered   boolean NOT NULL,
   CONSTRAINT alert_deliveries_attempt UNIQUE (event_id, attempt)
 );
 
-CREATE FUNCTION ledger_alert_crossing() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION ledger_alert_crossing() RETURNS trigger LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
   alert record;
   now_available numeric;
@@ -101,13 +108,17 @@ BEGIN
   IF now_below = alert.below THEN
     RETURN NULL;
   END IF;
-  UPDATE account_alerts SET below = now_below WHERE account_id = NEW.id;
-  -- The first queued row event of this account in the transaction is the one that flips,
-  -- so its OLD is the account as it was before the transaction.
-  INSERT INTO alert_events (account_id, kind, threshold, available_before, available_after,
-                            currency, webhook_url)
-  VALUES (NEW.id, CASE WHEN now_below THEN 'below' ELSE 'above' END, alert.threshold,
-          OLD.balance + OLD.credit_limit - OLD.held, now_available, NEW.currency, alert.webhook_url);
+  BEGIN
+    UPDATE account_alerts SET below = now_below WHERE account_id = NEW.id;
+    -- The first queued row event of this account in the transaction is the one that flips,
+    -- so its OLD is the account as it was before the transaction.
+    INSERT INTO alert_events (account_id, kind, threshold, available_before, available_after,
+                              currency, webhook_url)
+    VALUES (NEW.id, CASE WHEN now_below THEN 'below' ELSE 'above' END, alert.threshold,
+            OLD.balance + OLD.credit_limit - OLD.held, now_available, NEW.currency, alert.webhook_url);
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'ledger: low-balance alert for account % not recorded: % (%)', NEW.id, SQLERRM, SQLSTATE;
+  END;
   RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER accounts_alert_crossing AFTER UPDATE OF balance, held, credit_limit ON accounts

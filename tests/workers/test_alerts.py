@@ -199,6 +199,32 @@ def test_a_failing_receiver_is_retried_until_it_answers(
         assert len(receiver.requests) == 3
 
 
+def test_a_corrected_url_applies_to_pending_events(
+    client: TestClient[Any],
+    make_account: Any,
+    currency: str,
+    database: str,
+    sa_url: str,
+    settings: Any,
+    receiver: Receiver,
+) -> None:
+    account_id = make_account("0.01", currency=currency)
+    set_alert(client, account_id, "0.005", "http://127.0.0.1:9/wrong")
+    cycle(client, account_id, max_output=250, completion=500)
+    set_alert(client, account_id, "0.005", receiver.url)  # fixed before anything was sent
+    deliver(sa_url, delivery_settings(settings))
+    [event] = events(database, account_id)
+    assert event["status"] == "delivered"
+    assert [json.loads(r.body)["id"] for r in receiver.requests] == [event["event_id"]]
+    with psycopg.connect(database) as conn:
+        urls = conn.execute(
+            "SELECT e.webhook_url, d.webhook_url FROM alert_events e "
+            "JOIN alert_deliveries d ON d.event_id = e.id WHERE e.id = %s",
+            (event["id"],),
+        ).fetchall()
+    assert urls == [("http://127.0.0.1:9/wrong", receiver.url)]  # the event keeps what was configured
+
+
 def test_attempts_are_bounded_then_the_event_fails(
     client: TestClient[Any], make_account: Any, currency: str, database: str, sa_url: str, settings: Any
 ) -> None:
