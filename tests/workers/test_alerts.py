@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from litestar.testing import TestClient
 
-from tests.conftest import VIEWER, auth
+from tests.conftest import GATEWAY, VIEWER, auth
 from tests.workers.alerts import (
     SECRET,
     Receiver,
@@ -402,3 +402,31 @@ def test_the_deliver_alerts_actor_runs_on_a_ledger_worker(
             worker.kill()
             worker.wait(10)
         forget_broker(redis_settings)
+
+
+def test_an_alert_that_cannot_be_written_never_undoes_the_movement(
+    client: TestClient[Any], make_account: Any, currency: str, database: str
+) -> None:
+    """The crossing's writes fail (a sabotaging trigger, dropped after): the settle still commits."""
+    account_id = make_account("0.01", currency=currency)
+    set_alert(client, account_id, "0.005", "http://127.0.0.1:9/unused")
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'sabotage'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_sabotage BEFORE INSERT ON alert_events "
+            "FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()"
+        )
+        try:
+            hold = cycle(client, account_id, max_output=250, completion=500)
+        finally:
+            conn.execute("DROP TRIGGER test_sabotage ON alert_events")
+    assert hold["state"] == "settled" and hold["charge"]["amount"] == "0.007"
+    r = client.get(f"/v1/accounts/{account_id}/balance", headers=auth(GATEWAY))
+    assert r.json()["available"] == "0.003"
+    assert events(database, account_id) == []
+    # The flip was undone with the event, so the next committed movement records the crossing.
+    deposit(client, account_id, "0.000001")
+    assert [e["kind"] for e in events(database, account_id)] == ["below"]
