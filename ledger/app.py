@@ -16,6 +16,8 @@ from litestar import Litestar
 from ledger import __version__, console
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
+from ledger.alerts.controller import AdminAlertController
+from ledger.alerts.service import AlertService
 from ledger.budgets.controller import AdminBudgetController
 from ledger.budgets.service import BudgetService
 from ledger.db import make_engine
@@ -51,6 +53,7 @@ CONTROLLERS: list[Any] = [
     AdminHoldController,
     AdminReconciliationController,
     AdminReportController,
+    AdminAlertController,
     *console.CONTROLLERS,
 ]
 
@@ -77,6 +80,7 @@ def create_app(
         app.state.holds = HoldService(engine, app.state.prices, settings)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
         app.state.reports = ReportService(engine)
+        app.state.alerts = AlertService(engine, settings)
         try:
             yield
         finally:

@@ -82,6 +82,10 @@ class ReconciliationRunNotFound(NotFound):
     code = "reconciliation_run_not_found"
 
 
+class AlertNotFound(NotFound):
+    code = "alert_not_found"
+
+
 class RouteNotFound(NotFound):
     code = "route_not_found"
 

@@ -11,6 +11,7 @@ runs as a separate role that `grant_service_role` grants only what the code need
   `holds` (state changes), `reconciliation_runs` (a run's totals, until finished),
   `budgets` (a key's held and spent move with its holds; finance sets its terms);
   `grants` (the entry trigger moves a grant's cached remaining; settles lock grant rows);
+  `account_alerts` (threshold, armed side) and `alert_events` (delivery state, until finished);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
 - identity sequences: USAGE; schema `public`: USAGE, and nobody but the owner may
   CREATE in it;
@@ -33,7 +34,9 @@ from psycopg import sql
 
 from ledger.settings import libpq_url
 
-UPDATABLE = frozenset({"accounts", "holds", "reconciliation_runs", "budgets", "grants"})
+UPDATABLE = frozenset(
+    {"accounts", "holds", "reconciliation_runs", "budgets", "grants", "account_alerts", "alert_events"}
+)
 READ_ONLY = frozenset({"alembic_version"})
 
 

@@ -81,6 +81,14 @@ class Settings:
     # Key that signs finance-console session cookies. None: a random key per process
     # start (sessions end at restart and are not shared between processes).
     console_secret: str | None = None
+    # Low-balance alerts (ledger.alerts). Without a webhook secret, crossings are recorded
+    # but nothing is sent (the events wait, pending, until a secret is configured).
+    webhook_secret: str | None = None
+    alert_interval_seconds: int = 10
+    alert_timeout_seconds: int = 5
+    alert_max_attempts: int = 8
+    alert_retry_base_seconds: int = 10
+    alert_batch_size: int = 50
 
     @property
     def embedded(self) -> bool:
@@ -161,6 +169,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     console_secret = env.get("LEDGER_CONSOLE_SECRET") or None
     if console_secret is not None and len(console_secret) < 32:
         raise SettingsError("LEDGER_CONSOLE_SECRET must be at least 32 characters")
+    webhook_secret = env.get("LEDGER_WEBHOOK_SECRET") or None
+    if webhook_secret is not None and len(webhook_secret) < 32:
+        raise SettingsError("LEDGER_WEBHOOK_SECRET must be at least 32 characters")
     default_sources = str(Path(__file__).resolve().parent.parent / "pricing" / "sheets")
     return Settings(
         database_url=database_url,
@@ -202,4 +213,10 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
         max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),
+        webhook_secret=webhook_secret,
+        alert_interval_seconds=_int(env, "LEDGER_ALERT_INTERVAL_SECONDS", 10, minimum=1),
+        alert_timeout_seconds=_int(env, "LEDGER_ALERT_TIMEOUT_SECONDS", 5, minimum=1),
+        alert_max_attempts=_int(env, "LEDGER_ALERT_MAX_ATTEMPTS", 8, minimum=1),
+        alert_retry_base_seconds=_int(env, "LEDGER_ALERT_RETRY_BASE_SECONDS", 10, minimum=0),
+        alert_batch_size=_int(env, "LEDGER_ALERT_BATCH_SIZE", 50, minimum=1),
     )

@@ -15,6 +15,11 @@ redelivered message is harmless:
   `ledger_integrity_ok` and logs any mismatch at ERROR level;
 - `expire_grants`: one `GrantService.expire_once` pass (`ledger expire-grants`): posts
   each expired grant's remainder out through the journal; counts in its job run.
+- `deliver_alerts`: one pass over the low-balance alert outbox
+  (`ledger.alerts.delivery.deliver_pending`: signed POSTs, each attempt recorded,
+  retries with backoff). It runs every LEDGER_ALERT_INTERVAL_SECONDS, so a pass that
+  found nothing due records no `job_runs` row (the table would otherwise grow by a row
+  every few seconds for nothing).
 
 A job whose previous execution still runs (anywhere: its advisory lock is held)
 skips instead of overlapping it.
@@ -33,6 +38,7 @@ import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ledger.alerts.delivery import deliver_pending
 from ledger.context import Actor
 from ledger.db import transaction
 from ledger.grants.service import GrantService
@@ -52,7 +58,7 @@ from workers.runtime import runtime
 
 log = structlog.get_logger(__name__)
 
-JOBS = ("reconcile", "refresh_prices", "check_integrity", "expire_grants")
+JOBS = ("reconcile", "refresh_prices", "check_integrity", "expire_grants", "deliver_alerts")
 JobMessage = Callable[[], None]
 Body = Callable[[AsyncEngine], Awaitable[tuple[bool, dict[str, Any]]]]
 
@@ -71,8 +77,11 @@ class JobContext:
         return Actor(identity=self.trigger if self.trigger != "schedule" else "scheduler", role="admin")
 
 
-def run_job(ctx: JobContext, job: str, body: Body) -> dict[str, Any]:
-    """Run one job body under its overlap lock; record and count the outcome."""
+def run_job(ctx: JobContext, job: str, body: Body, *, record_idle: bool = True) -> dict[str, Any]:
+    """Run one job body under its overlap lock; record and count the outcome.
+
+    `record_idle` False: a run whose summary says `idle` (nothing to do) is not recorded.
+    """
     bound = log.bind(job=job)
     with job_lock(ctx.database_url, job) as acquired:
         if not acquired:
@@ -86,9 +95,11 @@ def run_job(ctx: JobContext, job: str, body: Body) -> dict[str, Any]:
             bound.error("job.failed", error=f"{type(error).__name__}: {error}")
             _record(ctx, job, started, ok=False, summary={"error": f"{type(error).__name__}: {error}"})
             raise  # Dramatiq's Retries middleware retries it with backoff
-        _record(ctx, job, started, ok=ok, summary=summary)
+        idle = not record_idle and bool(summary.get("idle"))
+        if not idle:
+            _record(ctx, job, started, ok=ok, summary=summary)
         _refresh_gauges(ctx)
-        bound.info("job.finished", ok=ok)
+        (bound.debug if idle else bound.info)("job.finished", ok=ok)
         return {"job": job, "skipped": False, "ok": ok, "summary": summary}
 
 
@@ -188,11 +199,24 @@ def expire_grants(ctx: JobContext) -> dict[str, Any]:
     return run_job(ctx, "expire_grants", body)
 
 
+def deliver_alerts(ctx: JobContext) -> dict[str, Any]:
+    async def body(engine: AsyncEngine) -> tuple[bool, dict[str, Any]]:
+        summary = await deliver_pending(engine, ctx.settings)
+        summary["idle"] = summary["delivered"] + summary["retrying"] + summary["failed"] == 0
+        if not summary["sending"]:
+            log.debug("alerts.not_sending", why="LEDGER_WEBHOOK_SECRET is not set")
+        # A webhook that answers badly is the receiver's failure, recorded per event; the pass is ok.
+        return True, summary
+
+    return run_job(ctx, "deliver_alerts", body, record_idle=False)
+
+
 BODIES: dict[str, Callable[[JobContext], dict[str, Any]]] = {
     "reconcile": reconcile,
     "refresh_prices": refresh_prices,
     "check_integrity": check_integrity,
     "expire_grants": expire_grants,
+    "deliver_alerts": deliver_alerts,
 }
 
 
@@ -211,7 +235,7 @@ def _message(name: str, job: Callable[[JobContext], dict[str, Any]], ctx: JobCon
 
 
 def register_actors(broker: dramatiq.Broker, ctx: JobContext) -> dict[str, dramatiq.Actor[[], None]]:
-    """Declare the actors on `broker`, bound to `ctx` (idempotent per broker and context)."""
+    """Declare the job actors on `broker`, bound to `ctx` (idempotent per broker and context)."""
     with _lock:
         known = _declared.get(id(broker))
         if known is not None and known[0] == ctx:

@@ -25,7 +25,13 @@ log = structlog.get_logger(__name__)
 
 NAMESPACE = 0x4C454447
 LEADER = 0
-JOB_KEYS = {"reconcile": 1, "refresh_prices": 2, "check_integrity": 3, "expire_grants": 4}
+JOB_KEYS = {
+    "reconcile": 1,
+    "refresh_prices": 2,
+    "check_integrity": 3,
+    "expire_grants": 4,
+    "deliver_alerts": 5,
+}
 CONNECT_TIMEOUT = 5
 
 

@@ -13,7 +13,8 @@
   still going, in any process, skips.
 - Cron expressions (LEDGER_RECONCILE_CRON, LEDGER_PRICE_REFRESH_CRON,
   LEDGER_INTEGRITY_CRON, LEDGER_GRANT_EXPIRY_CRON) are read in UTC. LEDGER_RECONCILE_INTERVAL_SECONDS > 0
-  replaces the reconcile cron with a fixed interval.
+  replaces the reconcile cron with a fixed interval. `deliver_alerts` runs every
+  LEDGER_ALERT_INTERVAL_SECONDS (default 10).
 - Firing a job enqueues its actor (`actor.send()`). If the broker cannot be
   reached the failure is logged and counted; nothing is lost, because every job
   finds its work by scanning the database and the next tick does it.
@@ -56,6 +57,7 @@ def job_triggers(settings: Settings) -> dict[str, Any]:
         "refresh_prices": CronTrigger.from_crontab(settings.price_refresh_cron, timezone=UTC),
         "check_integrity": CronTrigger.from_crontab(settings.integrity_cron, timezone=UTC),
         "expire_grants": CronTrigger.from_crontab(settings.grant_expiry_cron, timezone=UTC),
+        "deliver_alerts": IntervalTrigger(seconds=settings.alert_interval_seconds, timezone=UTC),
     }
 
 

@@ -36,6 +36,8 @@ ACTIONS = (
     "prices.refresh",
     "prices.seed",
     "reconciliation.run",
+    "alert.configure",
+    "alert.remove",
 )
 
 _LIST = text(

@@ -9,7 +9,7 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-JOBS = ("reconcile", "refresh_prices", "check_integrity", "expire_grants")
+JOBS = ("reconcile", "refresh_prices", "check_integrity", "expire_grants", "deliver_alerts")
 
 _INSERT = text(
     """

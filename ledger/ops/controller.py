@@ -40,6 +40,8 @@ AuditAction = Literal[
     "prices.refresh",
     "prices.seed",
     "reconciliation.run",
+    "alert.configure",
+    "alert.remove",
 ]
 _ACTOR_ROLES = ("viewer", "finance", "admin")
 _BARE_IDENTITIES = ("cli", "reconciler")  # ledger.context's actors without a token

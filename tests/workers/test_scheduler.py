@@ -62,7 +62,13 @@ def test_cron_expressions_are_checked_at_start(settings: Any, sa_url: str) -> No
     from workers.scheduler import LeaderScheduler, job_triggers
 
     triggers = job_triggers(settings)
-    assert sorted(triggers) == ["check_integrity", "expire_grants", "reconcile", "refresh_prices"]
+    assert sorted(triggers) == [
+        "check_integrity",
+        "deliver_alerts",
+        "expire_grants",
+        "reconcile",
+        "refresh_prices",
+    ]
     assert "cron" in str(triggers["reconcile"])
     assert "interval" in str(job_triggers(replace(settings, reconcile_interval_seconds=5))["reconcile"])
     with pytest.raises(ValueError):

@@ -1,0 +1,1 @@
+"""Low-balance alerts: per-account thresholds, the crossing outbox, signed webhook delivery."""

@@ -1,0 +1,76 @@
+"""HTTP shape of the alerts domain: one low-balance alert per account (admin surface)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, delete, get, put
+from litestar.params import Parameter
+
+from ledger.alerts.schemas import Alert, AlertConfig
+from ledger.alerts.service import AlertService
+from ledger.http.auth import admin_guard
+from ledger.http.body import read
+from ledger.http.query import id_cursor
+from ledger.http.request import actor_of
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import BODY, GUARDED, refusals
+from ledger.schemas import Page
+
+NOT_FOUND = {404: "`account_not_found`: no such account; `alert_not_found`: the account has no alert"}
+Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
+Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
+
+
+def service(request: Request[Any, Any, Any]) -> AlertService:
+    svc: AlertService = request.app.state.alerts
+    return svc
+
+
+class AdminAlertController(Controller):
+    path = "/admin/v1/accounts/{account_id:str}/alert"
+    guards = [admin_guard]
+    security = SECURITY
+    tags = ["admin: alerts"]
+
+    @put(
+        "/",
+        opt={"role": "finance"},
+        summary="Set the low-balance alert: a webhook when available crosses the threshold (with reason)",
+        description="`webhook_url` (http or https) is called by the delivery worker, never at "
+        "configuration time. Replaces any alert the account had.",
+        responses=refusals(GUARDED, BODY, 404, notes=NOT_FOUND),
+    )
+    async def configure(self, request: Request[Any, Any, Any], account_id: str, data: AlertConfig) -> Alert:
+        data = await read(request, AlertConfig)
+        return await service(request).configure(account_id, data, actor_of(request))
+
+    @get("/", summary="The account's low-balance alert", responses=refusals(GUARDED, 404, notes=NOT_FOUND))
+    async def get_alert(self, request: Request[Any, Any, Any], account_id: str) -> Alert:
+        return await service(request).get(account_id)
+
+    @delete(
+        "/",
+        opt={"role": "finance"},
+        summary="Remove the alert (its undelivered events are cancelled)",
+        responses=refusals(GUARDED, 404, notes=NOT_FOUND),
+    )
+    async def remove(
+        self,
+        request: Request[Any, Any, Any],
+        account_id: str,
+        reason: Annotated[
+            str | None, Parameter(default=None, max_length=2000, description="why (required, audit-logged)")
+        ],
+    ) -> None:
+        await service(request).remove(account_id, reason, actor_of(request))
+
+    @get(
+        "/events",
+        summary="Recorded crossings, newest first, each with its delivery attempts",
+        responses=refusals(GUARDED, 404, notes={404: "`account_not_found`"}),
+    )
+    async def events(
+        self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
+    ) -> Page:
+        return await service(request).events(account_id, before=id_cursor(cursor), limit=limit)
