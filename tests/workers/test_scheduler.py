@@ -46,6 +46,14 @@ def test_only_one_of_two_schedulers_leads_and_a_standby_takes_over(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE application_name = 'ledger-scheduler-leader' AND datname = current_database()"
             ).fetchone()
+            # pg_terminate_backend only signals: the lock is free once the backend has exited.
+            deadline = time.monotonic() + 10
+            while conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE application_name = 'ledger-scheduler-leader' AND datname = current_database()"
+            ).fetchone() != (0,):
+                assert time.monotonic() < deadline, "the terminated leader's backend did not exit"
+                time.sleep(0.05)
         assert killed == (1,)
         assert b.step() is True and b.leading
         assert a.step() is False and not a.leading
