@@ -8,7 +8,7 @@ filter everything out and look like "nothing happened").
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 from sqlalchemy import text
@@ -19,7 +19,8 @@ _INSERT = text(
     "VALUES (:actor, :role, :action, :target, :reason, CAST(:details AS jsonb), :request_id)"
 )
 
-ACTIONS = (
+# Every action the service records; the audit log's `action` filter takes this type.
+AuditAction = Literal[
     "account.create",
     "account.update",
     "account.freeze",
@@ -38,7 +39,8 @@ ACTIONS = (
     "reconciliation.run",
     "alert.configure",
     "alert.remove",
-)
+]
+ACTIONS: tuple[str, ...] = get_args(AuditAction)
 
 _LIST = text(
     "SELECT id, at, actor, role, action, target, reason, details, request_id FROM audit_log "

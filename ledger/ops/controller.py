@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get
 from litestar.params import Parameter
@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledger.audit import repository as audit
+from ledger.audit.repository import AuditAction  # an unknown action is 422 `action`
 from ledger.db import current_revision, head_revision, read_only
 from ledger.errors import DatabaseUnavailable, ValidationFailed
 from ledger.http.auth import admin_guard
@@ -22,27 +23,6 @@ from ledger.openapi.responses import GUARDED, refusals
 from ledger.reconciliation import gauges
 from ledger.schemas import Page, iso
 
-# audit.repository.ACTIONS as a type, so an unknown action is 422 `action`.
-AuditAction = Literal[
-    "account.create",
-    "account.update",
-    "account.freeze",
-    "account.unfreeze",
-    "account.deposit",
-    "account.adjustment",
-    "budget.set",
-    "budget.remove",
-    "grant.create",
-    "grant.expire",
-    "hold.settle",
-    "hold.release",
-    "prices.publish",
-    "prices.refresh",
-    "prices.seed",
-    "reconciliation.run",
-    "alert.configure",
-    "alert.remove",
-]
 _ACTOR_ROLES = ("viewer", "finance", "admin")
 _BARE_IDENTITIES = ("cli", "reconciler")  # ledger.context's actors without a token
 
