@@ -24,7 +24,7 @@ from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
-from ledger.http.query import time_range, utc
+from ledger.http.query import Cursor, Limit, time_range, utc
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -34,9 +34,6 @@ from ledger.schemas import Page
 JournalKind = Literal[
     "deposit", "adjustment", "reserve", "settle", "release", "true_up", "grant", "grant_expiry"
 ]
-
-Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
-Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
 
 
 def service(request: Request[Any, Any, Any]) -> AccountService:

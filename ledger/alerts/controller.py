@@ -11,15 +11,13 @@ from ledger.alerts.schemas import Alert, AlertConfig
 from ledger.alerts.service import AlertService
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
-from ledger.http.query import id_cursor
+from ledger.http.query import Cursor, Limit, id_cursor
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals
 from ledger.schemas import Page
 
 NOT_FOUND = {404: "`account_not_found`: no such account; `alert_not_found`: the account has no alert"}
-Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
-Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
 
 
 def service(request: Request[Any, Any, Any]) -> AlertService:

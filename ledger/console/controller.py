@@ -51,6 +51,7 @@ from ledger.holds.service import HoldService
 from ledger.http.auth import Principal, TokenRegistry
 from ledger.http.body import validation_param
 from ledger.http.errors import translate
+from ledger.http.query import Cursor
 from ledger.http.request import actor_of
 from ledger.integrity import service as integrity
 from ledger.prices.service import PriceService
@@ -63,7 +64,6 @@ log = structlog.get_logger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 HoldState = Literal["open", "interrupted", "settled", "released"]
 Search = Annotated[str, Parameter(default="", max_length=128)]
-Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
 PAGE = 50
 
 

@@ -12,13 +12,11 @@ from ledger.grants.service import GrantService
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
+from ledger.http.query import Cursor, Limit
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
 from ledger.schemas import Page
-
-Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
-Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
 
 
 def service(request: Request[Any, Any, Any]) -> GrantService:

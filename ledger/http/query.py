@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Annotated
+
+from litestar.params import Parameter
 
 from ledger.errors import ValidationFailed
+
+# The page size and cursor every paginated list takes (`?limit=`, `?cursor=`).
+Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
+Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
 
 _ID_CURSOR = re.compile(r"^[0-9]{1,18}$")  # a bigint id; 18 digits always fit
 
