@@ -84,6 +84,7 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.holds.close()
             await engine.dispose()
 
     app = Litestar(

@@ -63,7 +63,7 @@ def retryable(error: BaseException) -> bool:
     if state in RETRYABLE_SQLSTATES:
         return True
     if state == "23505":
-        orig = getattr(error, "orig", None)
+        orig = getattr(error, "orig", None) or error  # SQLAlchemy wraps; raw psycopg does not
         diag = getattr(orig, "diag", None)
         return getattr(diag, "constraint_name", None) in RETRYABLE_CONSTRAINTS
     return False

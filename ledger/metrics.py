@@ -64,6 +64,12 @@ LATENCY = Histogram(
 MONEY_MOVEMENTS = Counter(
     "ledger_journal_transactions_total", "Journal transactions written, by kind", ["kind"], registry=REGISTRY
 )
+HOLD_BATCH_SIZE = Histogram(
+    "ledger_hold_batch_operations",
+    "Gateway hold operations (reserve, settle, release) per group-commit batch (one database transaction)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    registry=REGISTRY,
+)
 OVERAGE_FLAGGED = Counter(
     "ledger_overage_flagged_total",
     "Settles charged above LEDGER_MAX_OVERAGE_FACTOR x the hold (recorded, flagged, account marked)",

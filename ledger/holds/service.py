@@ -53,16 +53,17 @@ from ledger.errors import (
 )
 from ledger.grants import repository as grants
 from ledger.holds import repository
+from ledger.holds.batch import HoldBatcher
 from ledger.holds.postings import moves_money, release_legs, reserve_legs, settle_legs, true_up_legs
 from ledger.holds.schemas import Hold, ReserveRequest
 from ledger.idempotency import request_hash
 from ledger.ids import parse_uuid, uuid7
 from ledger.journal import repository as journal
-from ledger.journal.postings import Leg
+from ledger.journal.postings import Leg, revenue_account
 from ledger.metrics import MONEY_MOVEMENTS, OVERAGE_FLAGGED
 from ledger.prices.service import PriceService, size, translate_pricing_error
 from ledger.schemas import check_metadata, iso
-from ledger.settings import Settings
+from ledger.settings import Settings, libpq_url
 from pricing import errors as pricing_errors
 from pricing.document import ModelPrice
 from pricing.engine import (
@@ -166,6 +167,12 @@ class HoldService:
         self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
         self._versions: dict[str, str | None] = {}  # currency -> last known active price version
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
+        # Group commit of the gateway's reserves, settles and releases (ledger.holds.batch).
+        self.batcher = HoldBatcher(libpq_url(engine.url.render_as_string(hide_password=False)))
+
+    async def close(self) -> None:
+        """Finish the queued batch and close its connection (at shutdown)."""
+        await self.batcher.close()
 
     # --- reserve -------------------------------------------------------------------
 
@@ -212,6 +219,30 @@ class HoldService:
                 "actor": actor.identity,
                 "budget_key": budget_key,
             }
+            if budget_key is None:
+                # The common case: group-committed with its neighbours (ledger.holds.batch).
+                row = await self.batcher.submit({"op": "reserve", **params})
+                outcome = row.op_outcome
+                if outcome == "created":
+                    return self._reserved(row, reservation.n), True
+                if outcome == "exists":  # looked up under the account lock: exact
+                    if row.request_hash != digest:
+                        raise self._key_conflict(body.idempotency_key)
+                    return view(row), False
+                if outcome == "version":
+                    self._versions[currency] = row.op_detail["active_version"]  # size again with it
+                    continue
+                if outcome == "frozen":
+                    raise self._frozen(body.account_id)
+                if outcome == "insufficient":
+                    detail = row.op_detail
+                    available = available_of(
+                        Decimal(detail["balance"]), Decimal(detail["credit_limit"]), Decimal(detail["held"])
+                    )
+                    raise self._insufficient(reservation.amount, available, currency, breakdown)
+                self._currencies.pop(body.account_id, None)
+                raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+
             legs = [leg for leg in reserve_legs(body.account_id, reservation.amount) if leg.amount != 0]
 
             async def work(
@@ -228,30 +259,14 @@ class HoldService:
                     raise self._key_conflict(body.idempotency_key)
                 return await self.get(str(row.existing_id)), False
             if row.id is not None:
-                MONEY_MOVEMENTS.labels("reserve").inc()
-                if len(self._terms) >= CACHE_LIMIT:
-                    self._terms.clear()
-                self._terms[row.id] = HoldTerms(
-                    row.account_id,
-                    row.currency,
-                    row.model,
-                    row.price_version,
-                    row.amount,
-                    "open",
-                    reservation.n,
-                    budget_key,
-                )
-                return view(row), True
+                return self._reserved(row, reservation.n, budget_key), True
             if row.account_frozen_at is not None:
                 # As for 402 below: an identical reserve that won the lock before the freeze
                 # answers its replay; anything else is refused.
                 replay = await self._replay(body.account_id, body.idempotency_key, digest)
                 if replay is not None:
                     return replay, False
-                raise AccountFrozen(
-                    f"account {body.account_id!r} is frozen and takes no new reservations",
-                    param="account_id",
-                )
+                raise self._frozen(body.account_id)
             if not pinned and row.active_version != version:
                 self._versions[currency] = row.active_version  # a newer version is active: size again
                 continue
@@ -260,29 +275,44 @@ class HoldService:
             replay = await self._replay(body.account_id, body.idempotency_key, digest)
             if replay is not None:
                 return replay, False
-            available = row.account_balance + row.account_credit_limit - row.account_held
-            if (
-                budget_key is not None
-                and row.budget_exceeded
-                and available_of(row.account_balance, row.account_credit_limit, row.account_held)
-                >= reservation.amount
-            ):
+            available = available_of(row.account_balance, row.account_credit_limit, row.account_held)
+            if budget_key is not None and row.budget_exceeded and available >= reservation.amount:
                 # Funds cover it, so the key's budget refused it (insufficient funds, when both
                 # refuse, is the one reported: topping up the budget would not be enough).
                 raise budget_rules.exceeded(
                     row, budget_key=budget_key, required=reservation.amount, currency=currency
                 )
-            raise InsufficientFunds(
-                f"reservation of {format_amount(reservation.amount)} {currency} exceeds available "
-                f"{format_amount(available)} {currency}",
-                extra={
-                    "required": format_amount(reservation.amount),
-                    "available": format_amount(available),
-                    "currency": currency,
-                    "reservation": breakdown,
-                },
-            )
+            raise self._insufficient(reservation.amount, available, currency, breakdown)
         raise PricingUnavailable("the active price version kept changing; try again", param="price_version")
+
+    def _reserved(self, row: Any, n: int, budget_key: str | None = None) -> Hold:
+        """A hold just written: counted, its terms kept for its settle, its view."""
+        MONEY_MOVEMENTS.labels("reserve").inc()
+        if len(self._terms) >= CACHE_LIMIT:
+            self._terms.clear()
+        self._terms[row.id] = HoldTerms(
+            row.account_id, row.currency, row.model, row.price_version, row.amount, "open", n, budget_key
+        )
+        return view(row)
+
+    @staticmethod
+    def _frozen(account_id: str) -> AccountFrozen:
+        return AccountFrozen(f"account {account_id!r} is frozen and takes no new reservations", param="account_id")
+
+    @staticmethod
+    def _insufficient(
+        required: Decimal, available: Decimal, currency: str, breakdown: dict[str, Any]
+    ) -> InsufficientFunds:
+        return InsufficientFunds(
+            f"reservation of {format_amount(required)} {currency} exceeds available "
+            f"{format_amount(available)} {currency}",
+            extra={
+                "required": format_amount(required),
+                "available": format_amount(available),
+                "currency": currency,
+                "reservation": breakdown,
+            },
+        )
 
     @staticmethod
     def _key_conflict(key: str) -> IdempotencyConflict:
@@ -469,6 +499,28 @@ class HoldService:
             raise translate_pricing_error(error) from error
         held, amount = terms.amount, charge.amount
         review = self._over_factor(held, amount, currency)
+        if terms.budget_key is None:
+            # The common case: group-committed with its neighbours (ledger.holds.batch).
+            row = await self.batcher.submit(
+                {
+                    "op": "settle",
+                    "id": hold_id,
+                    "held": held,
+                    "charged": amount,
+                    "usage": usage.raw,
+                    "charge": charge_to_builtins(charge),
+                    "flagged": review is not None,
+                    "review_reason": review,
+                    "actor": actor.identity,
+                    "revenue": revenue_account(currency, str(hold_id)),
+                }
+            )
+            if row.op_outcome != "settled":
+                return None  # resolved meanwhile (or missing): the transactional path decides
+            MONEY_MOVEMENTS.labels("settle").inc()
+            if review is not None:  # committed: report it
+                self._report_flagged(row.id, row.account_id, row.currency, row.amount, row.charged, review)
+            return view(row)
         # Zero legs included: the statement adds what grants pay to the main leg, then drops zeros.
         legs = settle_legs(terms.account_id, currency, str(hold_id), held, amount)
 
@@ -677,6 +729,18 @@ class HoldService:
     # --- release -------------------------------------------------------------------------
 
     async def release(self, hold_ref: str, actor: Actor, *, reason: str | None = None) -> Hold:
+        if actor.kind == "gateway" and reason is None:
+            # The common case, group-committed (ledger.holds.batch); anything but an open or
+            # interrupted hold without usage (or one already released) takes the locked path.
+            hold_id = hold_id_of(hold_ref)
+            row = await self.batcher.submit({"op": "release", "id": hold_id, "actor": actor.identity})
+            if row.op_outcome == "released":
+                MONEY_MOVEMENTS.labels("release").inc()
+                self._terms.pop(hold_id, None)
+                return view(row)
+            if row.op_outcome == "exists":
+                return view(row)  # releasing twice is not an error
+
         async def step(conn: AsyncConnection, hold: Any) -> Any:
             return await self.release_locked(conn, hold, actor, reason=reason)
 

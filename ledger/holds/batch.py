@@ -1,0 +1,140 @@
+"""Group commit: the gateway's reserves, settles and releases, many per database round trip.
+
+One `HoldBatcher` per process (per event loop). Each request's operation is queued; a
+single runner takes everything queued, sends it as ONE call of the database function
+`ledger_hold_batch` (migration 0015: one statement, so one round trip and one
+transaction, one commit), and hands each request its own row back. While that batch is
+in flight, new operations queue up and go together in the next one: under load a batch
+carries as many operations as arrived during one round trip; alone, an operation is
+sent at once (the runner wakes on the next turn of the event loop, no timer), so an
+unloaded request waits no longer than before.
+
+Each operation gets its own outcome (see the migration): the function never lets one
+operation's refusal (insufficient funds, a frozen account, a stale price version) touch
+another's. If the database refuses the batch as a whole (a trigger, a constraint, a
+bug), the batch is rolled back and its operations are run again one by one, so only
+the operation at fault fails. Deadlocks and serialization failures are retried; a
+database that cannot be reached is `DatabaseUnavailable` (503) for every operation of
+the batch (nothing or everything of it committed: the gateway's retry with the same
+idempotency key then answers a replay).
+
+The function is called through a raw psycopg connection in autocommit, as a prepared
+statement: no SQLAlchemy, no per-request round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import psycopg
+import structlog
+from psycopg.rows import namedtuple_row
+
+from ledger.db import is_unreachable, retryable, sqlstate
+from ledger.errors import DatabaseUnavailable
+from ledger.metrics import HOLD_BATCH_SIZE
+
+log = structlog.get_logger(__name__)
+
+CALL = (
+    "SELECT b.op_index, b.op_outcome, b.op_detail, (b.op_hold).* "
+    "FROM ledger_hold_batch(CAST(%s AS jsonb)) AS b"
+)
+ATTEMPTS = 4
+_encode = msgspec.json.Encoder().encode
+
+
+class HoldBatcher:
+    """Coalesces hold operations into `ledger_hold_batch` calls; `submit` answers one row."""
+
+    def __init__(self, url: str, *, max_batch: int = 200, connect_timeout: int = 5) -> None:
+        self.url = url
+        self.max_batch = max_batch
+        self.connect_timeout = connect_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._runner: asyncio.Task[None] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def submit(self, operation: dict[str, Any]) -> Any:
+        """Queue one operation and wait for its row (op_index, op_outcome, op_detail, hold columns)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or a new event loop (the old one's state is gone)
+            self._loop, self._pending, self._runner, self._conn = loop, [], None, None
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((_encode(operation), future))
+        if self._runner is None or self._runner.done():
+            self._runner = loop.create_task(self._run())
+        return await future
+
+    async def close(self) -> None:
+        """Let the queued operations finish, then close the connection."""
+        if self._runner is not None and not self._runner.done():
+            await asyncio.shield(self._runner)
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    async def _run(self) -> None:
+        try:
+            while self._pending:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                await self._apply(batch)
+        except BaseException as error:  # cancelled (shutdown): nobody may wait forever
+            failure = DatabaseUnavailable("the service is shutting down")
+            for _, future in self._pending:
+                if not future.done():
+                    future.set_exception(failure)
+            self._pending = []
+            if not isinstance(error, Exception):
+                raise
+
+    async def _apply(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+        live = [item for item in batch if not item[1].done()]  # a cancelled request is left out
+        if not live:
+            return
+        try:
+            rows = await self._execute(b"[" + b",".join(op for op, _ in live) + b"]")
+        except Exception as error:
+            if len(live) > 1 and not isinstance(error, DatabaseUnavailable):
+                log.warning("holds.batch_split", size=len(live), sqlstate=sqlstate(error), error=str(error))
+                for item in live:  # one failing operation never fails its neighbours
+                    await self._apply([item])
+                return
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        HOLD_BATCH_SIZE.observe(len(live))
+        for row in rows:
+            future = live[row.op_index][1]
+            if not future.done():
+                future.set_result(row)
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, row_factory=namedtuple_row, connect_timeout=self.connect_timeout
+            )
+        return self._conn
+
+    async def _execute(self, payload: bytes) -> list[Any]:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                conn = await self._connection()
+                cursor = await conn.execute(CALL, (payload.decode(),), prepare=True)
+                return await cursor.fetchall()
+            except (psycopg.Error, OSError) as error:
+                if self._conn is not None and (self._conn.broken or self._conn.closed):
+                    self._conn = None
+                if is_unreachable(error) and not retryable(error):
+                    raise DatabaseUnavailable("the database cannot be reached") from error
+                if retryable(error) and attempt < ATTEMPTS:
+                    log.info("holds.batch_retry", sqlstate=sqlstate(error), attempt=attempt)
+                    await asyncio.sleep(0.002 * attempt)
+                    continue
+                raise
+        raise AssertionError("unreachable")
