@@ -1,7 +1,11 @@
 """Group commit: the gateway's reserves, settles and releases, many per database round trip.
 
-One `HoldBatcher` per process (per event loop). Each request's operation is queued; a
-single runner takes everything queued, sends it as ONE call of the database function
+One `HoldBatcher` per process (per event loop), with a few lanes (`LEDGER_BATCH_LANES`),
+each with its own connection; an operation goes to the lane of its account (a stable
+hash), so every operation on one account goes through one lane: a hot account's
+operations coalesce into one batch per round trip instead of queueing for its row lock
+in several, while different accounts' batches run in parallel on the database's cores.
+In each lane, each request's operation is queued; the lane's runner takes everything queued, sends it as ONE call of the database function
 `ledger_hold_batch` (migration 0015: one statement, so one round trip and one
 transaction, one commit), and hands each request its own row back. While that batch is
 in flight, new operations queue up and go together in the next one: under load a batch
@@ -25,6 +29,7 @@ statement: no SQLAlchemy, no per-request round trip.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import Any
 
 import msgspec
@@ -49,7 +54,24 @@ _encode = msgspec.json.Encoder().encode
 class HoldBatcher:
     """Coalesces hold operations into `ledger_hold_batch` calls; `submit` answers one row."""
 
-    def __init__(self, url: str, *, max_batch: int = 200, connect_timeout: int = 5) -> None:
+    def __init__(self, url: str, *, lanes: int = 2, max_batch: int = 200, connect_timeout: int = 5) -> None:
+        self.lanes = [Lane(url, max_batch=max_batch, connect_timeout=connect_timeout) for _ in range(lanes)]
+
+    async def submit(self, operation: dict[str, Any], account_id: str) -> Any:
+        """Queue one operation in the lane of `account_id`; its row (op_index, op_outcome,
+        op_detail, hold columns) once its batch has committed."""
+        lane = self.lanes[zlib.crc32(account_id.encode()) % len(self.lanes)]
+        return await lane.submit(operation)
+
+    async def close(self) -> None:
+        for lane in self.lanes:
+            await lane.close()
+
+
+class Lane:
+    """One connection and its queue: at most one batch in flight."""
+
+    def __init__(self, url: str, *, max_batch: int, connect_timeout: int) -> None:
         self.url = url
         self.max_batch = max_batch
         self.connect_timeout = connect_timeout
@@ -110,8 +132,12 @@ class HoldBatcher:
             return
         HOLD_BATCH_SIZE.observe(len(live))
         for row in rows:
-            future = live[row.op_index][1]
-            if not future.done():
+            operation, future = live[row.op_index]
+            if row.op_outcome == "again":
+                # An earlier operation of the batch has the same key or resolves the same hold:
+                # this one is answered by the next batch, which sees that one's outcome.
+                self._pending.append((operation, future))
+            elif not future.done():
                 future.set_result(row)
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:

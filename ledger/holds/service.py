@@ -168,7 +168,9 @@ class HoldService:
         self._versions: dict[str, str | None] = {}  # currency -> last known active price version
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
         # Group commit of the gateway's reserves, settles and releases (ledger.holds.batch).
-        self.batcher = HoldBatcher(libpq_url(engine.url.render_as_string(hide_password=False)))
+        self.batcher = HoldBatcher(
+            libpq_url(engine.url.render_as_string(hide_password=False)), lanes=settings.batch_lanes
+        )
 
     async def close(self) -> None:
         """Finish the queued batch and close its connection (at shutdown)."""
@@ -221,7 +223,7 @@ class HoldService:
             }
             if budget_key is None:
                 # The common case: group-committed with its neighbours (ledger.holds.batch).
-                row = await self.batcher.submit({"op": "reserve", **params})
+                row = await self.batcher.submit({"op": "reserve", **params}, body.account_id)
                 outcome = row.op_outcome
                 if outcome == "created":
                     return self._reserved(row, reservation.n), True
@@ -513,7 +515,8 @@ class HoldService:
                     "review_reason": review,
                     "actor": actor.identity,
                     "revenue": revenue_account(currency, str(hold_id)),
-                }
+                },
+                terms.account_id,
             )
             if row.op_outcome != "settled":
                 return None  # resolved meanwhile (or missing): the transactional path decides
@@ -733,7 +736,9 @@ class HoldService:
             # The common case, group-committed (ledger.holds.batch); anything but an open or
             # interrupted hold without usage (or one already released) takes the locked path.
             hold_id = hold_id_of(hold_ref)
-            row = await self.batcher.submit({"op": "release", "id": hold_id, "actor": actor.identity})
+            terms = self._terms.get(hold_id)  # its account picks the lane; unknown here: any lane
+            lane_key = terms.account_id if terms is not None else str(hold_id)
+            row = await self.batcher.submit({"op": "release", "id": hold_id, "actor": actor.identity}, lane_key)
             if row.op_outcome == "released":
                 MONEY_MOVEMENTS.labels("release").inc()
                 self._terms.pop(hold_id, None)
