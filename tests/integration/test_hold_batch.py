@@ -1,0 +1,177 @@
+"""Group commit (ledger.holds.batch, migration 0015) against the real database.
+
+Several operations submitted together travel in one `ledger_hold_batch` call: each gets
+its own exact outcome, holds on one account are checked against available funds in
+arrival order, one operation the database refuses never fails its neighbours, and
+calling the function directly cannot write what the triggers refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from litestar.testing import TestClient
+
+from ledger.holds.batch import HoldBatcher
+from ledger.ids import uuid7
+from ledger.metrics import HOLD_BATCH_SIZE
+from tests.conftest import assert_integrity, fresh_currency, new_id, publish, simple_document
+
+
+@pytest.fixture
+def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
+    currency = fresh_currency()
+    version = publish(client, simple_document(currency))
+    return {"currency": currency, "version": version, "account": make_account("3", currency=currency)}
+
+
+def reserve_op(world: dict[str, Any], amount: str, *, key: str | None = None, **changes: Any) -> dict[str, Any]:
+    op = {
+        "op": "reserve",
+        "id": uuid7(),
+        "account_id": world["account"],
+        "key": key or new_id("k"),
+        "request_hash": "h",
+        "model": "t-simple",
+        "price_version": world["version"],
+        "currency": world["currency"],
+        "amount": Decimal(amount),
+        "reservation": {"amount": amount},
+        "ttl": 60,
+        "metadata": {},
+        "pinned": False,
+        "actor": "gateway:test",
+    }
+    return {**op, **changes}
+
+
+def settle_op(world: dict[str, Any], hold: Any, charged: str, **changes: Any) -> dict[str, Any]:
+    op = {
+        "op": "settle",
+        "id": hold.id,
+        "held": hold.amount,
+        "charged": Decimal(charged),
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+        "charge": {"amount": charged},
+        "flagged": False,
+        "review_reason": None,
+        "actor": "gateway:test",
+        "revenue": f"system:revenue:{world['currency']}:00",
+    }
+    return {**op, **changes}
+
+
+def together(database: str, *ops: dict[str, Any], account: str) -> list[Any]:
+    """Submit every op at once (one batch, in this order); each one's row or exception."""
+
+    async def run() -> list[Any]:
+        batcher = HoldBatcher(database, lanes=1)
+        try:
+            return await asyncio.gather(*(batcher.submit(op, account) for op in ops), return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    return asyncio.run(run())
+
+
+def account_row(sql: psycopg.Connection[Any], account: str) -> tuple[Decimal, Decimal]:
+    row = sql.execute("SELECT balance, held FROM accounts WHERE id = %s", (account,)).fetchone()
+    sql.rollback()
+    assert row is not None
+    return row[0], row[1]
+
+
+def batches_observed() -> float:
+    return next(s.value for m in HOLD_BATCH_SIZE.collect() for s in m.samples if s.name.endswith("_count"))
+
+
+def test_reserves_on_one_account_are_checked_in_arrival_order_in_one_batch(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    before = batches_observed()
+    rows = together(database, *(reserve_op(world, "1") for _ in range(5)), account=world["account"])
+    assert batches_observed() == before + 1  # five requests, one round trip, one transaction
+    assert [r.op_outcome for r in rows] == ["created"] * 3 + ["insufficient"] * 2
+    assert rows[3].op_detail == {
+        "balance": "3.000000000000",
+        "held": "3.000000000000",
+        "credit_limit": "0.000000000000",
+    }
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(3))
+    assert_integrity(client)
+
+
+def test_an_operation_the_database_refuses_does_not_fail_its_neighbours(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    # A pinned version that does not exist: the hold trigger refuses the insert, which
+    # aborts the whole batch; the batcher then runs each operation alone.
+    bad = reserve_op(world, "1", pinned=True, price_version="no-such-version")
+    rows = together(database, reserve_op(world, "1"), bad, reserve_op(world, "1"), account=world["account"])
+    assert rows[0].op_outcome == rows[2].op_outcome == "created"
+    assert isinstance(rows[1], psycopg.errors.ForeignKeyViolation)
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
+    assert_integrity(client)
+
+
+def test_one_key_twice_in_a_batch_makes_one_hold(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    key = new_id("dup")
+    first, second = together(
+        database, reserve_op(world, "1", key=key), reserve_op(world, "1", key=key), account=world["account"]
+    )
+    assert (first.op_outcome, second.op_outcome) == ("created", "exists")
+    assert first.id == second.id
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))
+
+
+def test_settle_and_release_of_one_hold_in_one_batch_have_one_winner(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
+    release = {"op": "release", "id": hold.id, "actor": "gateway:test"}
+    settled, released = together(
+        database, settle_op(world, hold, "0.5"), release, account=world["account"]
+    )
+    assert settled.op_outcome == "settled"
+    assert settled.charged == Decimal("0.5") and settled.released == Decimal("1.5")
+    assert released.op_outcome == "fallback"  # answered by the next batch: the hold is settled
+    assert account_row(sql, world["account"]) == (Decimal("2.5"), Decimal(0))
+    assert_integrity(client)
+
+
+def test_a_settle_then_reserve_in_one_batch_sees_the_funds_the_settle_freed(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    (hold,) = together(database, reserve_op(world, "3"), account=world["account"])
+    settled, reserved, refused = together(
+        database,
+        settle_op(world, hold, "1"),
+        reserve_op(world, "2"),
+        reserve_op(world, "0.000000000001"),
+        account=world["account"],
+    )
+    assert (settled.op_outcome, reserved.op_outcome, refused.op_outcome) == ("settled", "created", "insufficient")
+    assert account_row(sql, world["account"]) == (Decimal(2), Decimal(2))
+    assert_integrity(client)
+
+
+def test_a_forged_settle_through_the_function_is_refused_by_the_triggers(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
+    # The revenue leg pointed at a customer account: the hold-journal tie sees no revenue.
+    forged = settle_op(world, hold, "1", revenue=world["account"])
+    (result,) = together(database, forged, account=world["account"])
+    assert isinstance(result, psycopg.errors.CheckViolation)
+    assert "without a matching journal transaction" in str(result)
+    # A settle that names another amount than the hold's is not applied at all.
+    (mismatch,) = together(database, settle_op(world, hold, "1", held=Decimal("1.5")), account=world["account"])
+    assert mismatch.op_outcome == "fallback"
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
+    assert_integrity(client)
