@@ -5,7 +5,8 @@ each with its own connection; an operation goes to the lane of its account (a st
 hash), so every operation on one account goes through one lane: a hot account's
 operations coalesce into one batch per round trip instead of queueing for its row lock
 in several, while different accounts' batches run in parallel on the database's cores.
-In each lane, each request's operation is queued; the lane's runner takes everything queued, sends it as ONE call of the database function
+In each lane, each request's operation is queued; the lane's runner takes everything
+queued, sends it as ONE call of the database function
 `ledger_hold_batch` (migration 0015: one statement, so one round trip and one
 transaction, one commit), and hands each request its own row back. While that batch is
 in flight, new operations queue up and go together in the next one: under load a batch

@@ -299,7 +299,9 @@ class HoldService:
 
     @staticmethod
     def _frozen(account_id: str) -> AccountFrozen:
-        return AccountFrozen(f"account {account_id!r} is frozen and takes no new reservations", param="account_id")
+        return AccountFrozen(
+            f"account {account_id!r} is frozen and takes no new reservations", param="account_id"
+        )
 
     @staticmethod
     def _insufficient(
@@ -738,7 +740,9 @@ class HoldService:
             hold_id = hold_id_of(hold_ref)
             terms = self._terms.get(hold_id)  # its account picks the lane; unknown here: any lane
             lane_key = terms.account_id if terms is not None else str(hold_id)
-            row = await self.batcher.submit({"op": "release", "id": hold_id, "actor": actor.identity}, lane_key)
+            row = await self.batcher.submit(
+                {"op": "release", "id": hold_id, "actor": actor.identity}, lane_key
+            )
             if row.op_outcome == "released":
                 MONEY_MOVEMENTS.labels("release").inc()
                 self._terms.pop(hold_id, None)

@@ -29,7 +29,9 @@ def world(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
     return {"currency": currency, "version": version, "account": make_account("3", currency=currency)}
 
 
-def reserve_op(world: dict[str, Any], amount: str, *, key: str | None = None, **changes: Any) -> dict[str, Any]:
+def reserve_op(
+    world: dict[str, Any], amount: str, *, key: str | None = None, **changes: Any
+) -> dict[str, Any]:
     op = {
         "op": "reserve",
         "id": uuid7(),
@@ -135,9 +137,7 @@ def test_settle_and_release_of_one_hold_in_one_batch_have_one_winner(
 ) -> None:
     (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
     release = {"op": "release", "id": hold.id, "actor": "gateway:test"}
-    settled, released = together(
-        database, settle_op(world, hold, "0.5"), release, account=world["account"]
-    )
+    settled, released = together(database, settle_op(world, hold, "0.5"), release, account=world["account"])
     assert settled.op_outcome == "settled"
     assert settled.charged == Decimal("0.5") and settled.released == Decimal("1.5")
     assert released.op_outcome == "fallback"  # answered by the next batch: the hold is settled
@@ -156,7 +156,11 @@ def test_a_settle_then_reserve_in_one_batch_sees_the_funds_the_settle_freed(
         reserve_op(world, "0.000000000001"),
         account=world["account"],
     )
-    assert (settled.op_outcome, reserved.op_outcome, refused.op_outcome) == ("settled", "created", "insufficient")
+    assert (settled.op_outcome, reserved.op_outcome, refused.op_outcome) == (
+        "settled",
+        "created",
+        "insufficient",
+    )
     assert account_row(sql, world["account"]) == (Decimal(2), Decimal(2))
     assert_integrity(client)
 
@@ -171,7 +175,9 @@ def test_a_forged_settle_through_the_function_is_refused_by_the_triggers(
     assert isinstance(result, psycopg.errors.CheckViolation)
     assert "without a matching journal transaction" in str(result)
     # A settle that names another amount than the hold's is not applied at all.
-    (mismatch,) = together(database, settle_op(world, hold, "1", held=Decimal("1.5")), account=world["account"])
+    (mismatch,) = together(
+        database, settle_op(world, hold, "1", held=Decimal("1.5")), account=world["account"]
+    )
     assert mismatch.op_outcome == "fallback"
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
     assert_integrity(client)
