@@ -169,11 +169,12 @@ def test_a_forged_settle_through_the_function_is_refused_by_the_triggers(
     client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
 ) -> None:
     (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
-    # The revenue leg pointed at a customer account: the hold-journal tie sees no revenue.
+    # The revenue leg pointed at a customer account: that entry has no running position
+    # (revenue shards are system accounts), so the entries' statement trigger refuses it.
     forged = settle_op(world, hold, "1", revenue=world["account"])
     (result,) = together(database, forged, account=world["account"])
     assert isinstance(result, psycopg.errors.CheckViolation)
-    assert "without a matching journal transaction" in str(result)
+    assert "does not carry the account's running balance" in str(result)
     # A settle that names another amount than the hold's is not applied at all.
     (mismatch,) = together(
         database, settle_op(world, hold, "1", held=Decimal("1.5")), account=world["account"]
