@@ -192,55 +192,62 @@ END $$;
 
 CREATE FUNCTION ledger_entries_apply() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  bad record;
+  e record;
+  current_account text;
+  current_batched boolean;
+  account_kind text;
+  account_currency char(3);
+  running_balance numeric;
+  running_held numeric;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM added e JOIN journal_transactions t ON t.id = e.transaction_id
-                  WHERE t.batched) THEN
-    RETURN NULL;  -- nothing batched: the row trigger applied every entry
-  END IF;
-  SELECT e.account_id INTO bad
-    FROM added e JOIN journal_transactions t ON t.id = e.transaction_id
-   GROUP BY e.account_id HAVING bool_or(t.batched) AND NOT bool_and(t.batched) LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'ledger: one statement posts batched and other entries to account %', bad.account_id
-      USING ERRCODE = 'check_violation';
-  END IF;
-  SELECT e.id, e.account_id, e.currency, a.kind INTO bad
-    FROM added e JOIN journal_transactions t ON t.id = e.transaction_id AND t.batched
-    LEFT JOIN accounts a ON a.id = e.account_id AND a.currency = e.currency
-   WHERE a.id IS NULL
-      OR (a.kind = 'system' AND (e.book <> 'main' OR e.balance_after IS NOT NULL OR e.held_after IS NOT NULL
-                                 OR a.id LIKE 'system:grants:%'))
-   LIMIT 1;
-  IF FOUND THEN
-    IF bad.kind IS NULL THEN
-      RAISE EXCEPTION 'ledger: entry account % does not exist in currency %', bad.account_id, bad.currency
-        USING ERRCODE = 'foreign_key_violation';
+  -- The statement's entries grouped by account, in entry order; each one's transaction and
+  -- each account are primary-key lookups (no plan over the transition table may scan a table).
+  FOR e IN SELECT x.id, x.account_id, x.currency, x.book, x.amount, x.balance_after, x.held_after,
+                  (SELECT t.batched FROM journal_transactions t WHERE t.id = x.transaction_id) AS batched
+             FROM added x ORDER BY x.account_id, x.id LOOP
+    IF e.account_id IS DISTINCT FROM current_account THEN
+      IF current_batched AND account_kind = 'customer' THEN
+        UPDATE accounts SET balance = running_balance, held = running_held WHERE id = current_account;
+      END IF;
+      current_account := e.account_id;
+      current_batched := e.batched;
+      IF NOT e.batched THEN
+        CONTINUE;  -- applied by the row trigger, as every entry outside the group commit
+      END IF;
+      SELECT kind, currency, balance, held INTO account_kind, account_currency, running_balance, running_held
+        FROM accounts WHERE id = e.account_id;
+      IF NOT FOUND OR account_currency <> e.currency THEN
+        RAISE EXCEPTION 'ledger: entry account % does not exist in currency %', e.account_id, e.currency
+          USING ERRCODE = 'foreign_key_violation';
+      END IF;
+    ELSIF e.batched IS DISTINCT FROM current_batched THEN
+      RAISE EXCEPTION 'ledger: one statement posts batched and other entries to account %', e.account_id
+        USING ERRCODE = 'check_violation';
     END IF;
-    RAISE EXCEPTION 'ledger: system account % takes main entries without a running position only (and never batched grants)',
-      bad.account_id USING ERRCODE = 'check_violation';
+    IF NOT e.batched THEN
+      CONTINUE;
+    END IF;
+    IF account_kind = 'system' THEN
+      IF e.book <> 'main' OR e.balance_after IS NOT NULL OR e.held_after IS NOT NULL
+         OR e.account_id LIKE 'system:grants:%' THEN
+        RAISE EXCEPTION 'ledger: system account % takes batched main entries without a running position only (never system:grants)',
+          e.account_id USING ERRCODE = 'check_violation';
+      END IF;
+      CONTINUE;
+    END IF;
+    running_balance := running_balance + e.amount;
+    IF e.book = 'hold' THEN
+      running_held := running_held + e.amount;
+    END IF;
+    IF e.balance_after IS DISTINCT FROM running_balance OR e.held_after IS DISTINCT FROM running_held
+       OR running_held < 0 THEN
+      RAISE EXCEPTION 'ledger: entry % of account % does not carry the account''s running balance and held (or takes held below zero)',
+        e.id, e.account_id USING ERRCODE = 'check_violation';
+    END IF;
+  END LOOP;
+  IF current_batched AND account_kind = 'customer' THEN
+    UPDATE accounts SET balance = running_balance, held = running_held WHERE id = current_account;
   END IF;
-  SELECT x.id, x.account_id INTO bad
-    FROM (SELECT e.id, e.account_id, e.balance_after, e.held_after,
-                 a.balance + sum(e.amount) OVER w AS want_balance,
-                 a.held + sum(CASE WHEN e.book = 'hold' THEN e.amount ELSE 0 END) OVER w AS want_held
-            FROM added e JOIN journal_transactions t ON t.id = e.transaction_id AND t.batched
-            JOIN accounts a ON a.id = e.account_id AND a.kind = 'customer'
-          WINDOW w AS (PARTITION BY e.account_id ORDER BY e.id)) x
-   WHERE x.balance_after IS DISTINCT FROM x.want_balance OR x.held_after IS DISTINCT FROM x.want_held
-      OR x.want_held < 0
-   LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'ledger: entry % of account % does not carry the account''s running balance and held (or takes held below zero)',
-      bad.id, bad.account_id USING ERRCODE = 'check_violation';
-  END IF;
-  UPDATE accounts a
-     SET balance = a.balance + s.moved, held = a.held + s.moved_held
-    FROM (SELECT e.account_id, sum(e.amount) AS moved,
-                 sum(CASE WHEN e.book = 'hold' THEN e.amount ELSE 0 END) AS moved_held
-            FROM added e JOIN journal_transactions t ON t.id = e.transaction_id AND t.batched
-           GROUP BY e.account_id) s
-   WHERE a.id = s.account_id AND a.kind = 'customer';
   RETURN NULL;
 END $$;
 CREATE TRIGGER journal_entries_apply AFTER INSERT ON journal_entries
