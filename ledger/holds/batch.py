@@ -30,6 +30,7 @@ statement: no SQLAlchemy, no per-request round trip.
 from __future__ import annotations
 
 import asyncio
+import json
 import zlib
 from typing import Any
 
@@ -37,6 +38,7 @@ import msgspec
 import psycopg
 import structlog
 from psycopg.rows import namedtuple_row
+from psycopg.types.json import set_json_loads
 
 from ledger.db import is_unreachable, retryable, sqlstate
 from ledger.errors import DatabaseUnavailable
@@ -50,6 +52,16 @@ CALL = (
 )
 ATTEMPTS = 4
 _encode = msgspec.json.Encoder().encode
+_decoder = msgspec.json.Decoder()
+
+
+def _decode_json(data: str | bytes) -> Any:
+    """jsonb as Python values, in C; json.loads for what msgspec refuses (a number beyond
+    a float's range, which jsonb keeps as numeric), so the values are json.loads's."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError:
+        return json.loads(data)
 
 
 class HoldBatcher:
@@ -143,9 +155,12 @@ class Lane:
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self.url, autocommit=True, row_factory=namedtuple_row, connect_timeout=self.connect_timeout
             )
+            # The hold's jsonb columns, decoded in C (the same values as json.loads gives).
+            set_json_loads(_decode_json, conn)
+            self._conn = conn
         return self._conn
 
     async def _execute(self, payload: bytes) -> list[Any]:
