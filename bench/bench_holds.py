@@ -267,6 +267,16 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
             f"{_ms(r.settle_p50_ms, r.settle_p99_ms):>18} {r.error_count:>6} {pg:>16} {r.ratio:>6.2f} "
             f"{100 * r.client_cpu_s / r.wall_s:>12.1f}"
         )
+    paced = [r for r in runs if r.paced is not None]
+    if paced:
+        lines += ["", "held to half the peak (each connection paced to half the cycles/s measured above):"]
+        for r in paced:
+            h = r.paced
+            assert h is not None
+            lines.append(
+                f"{r.workload:<12} {h.cycles_per_s:>9.1f} {_ms(h.reserve_p50_ms, h.reserve_p99_ms):>19} "
+                f"{_ms(h.settle_p50_ms, h.settle_p99_ms):>18} {h.error_count:>6}"
+            )
     lines += [
         "",
         f"CPU seconds used in each run (core-seconds; nproc {m['nproc']}, so at most {m['nproc']} x wall).",
@@ -324,6 +334,16 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
         f"setup: {report['setup']['accounts']} accounts in {report['setup']['seconds']:.1f} s; "
         f"integrity after the runs: {report['integrity']}"
     )
+    soak = report.get("soak")
+    if soak:
+        rss = soak["rss_kib"]
+        peak = max(x["rss_kib"] for x in rss) / 1024
+        lines.append(
+            f"soak: spread for {soak['seconds']} s, {soak['cycles']} cycles ({soak['cycles_per_s']:.1f}/s), "
+            f"{soak['errors']} errors; service RSS {rss[0]['rss_kib'] / 1024:.1f} MiB at start, "
+            f"{rss[-1]['rss_kib'] / 1024:.1f} MiB at the end, max {peak:.1f} MiB"
+            f" (after the warm-ups and measured runs)"
+        )
     for r in runs:
         if r.profile:
             lines += ["", f"profile of the ledger server, {r.workload} ({r.profile['svg']}):"]
@@ -358,6 +378,54 @@ def tool_version(argv: list[str]) -> str:
 # ---- main ---------------------------------------------------------------------------------------
 
 
+def rss_kib(pid: int) -> int:
+    """Resident memory of the service's process tree (VmRSS summed), KiB."""
+    total = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def run_soak(wrk: str, base: str, pid: int, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+    """Spread cycles for --soak seconds in windows of 30 s; the service's RSS before and after each."""
+    window = min(30, args.soak)
+    samples = [{"at_s": 0, "rss_kib": rss_kib(pid)}]
+    cycles = 0
+    errors = 0
+    started = time.monotonic()
+    while time.monotonic() - started < args.soak - 1:
+        part = run_wrk(
+            wrk,
+            base,
+            "spread",
+            args.accounts,
+            args.clients,
+            window,
+            f"{tag}{len(samples)}",
+            GATEWAY_TOKEN,
+            None,
+        )
+        cycles += part.cycles
+        errors += part.error_count
+        samples.append({"at_s": round(time.monotonic() - started), "rss_kib": rss_kib(pid)})
+        if not args.json:
+            print(
+                f"soak: {samples[-1]['at_s']} s, {cycles} cycles, RSS {samples[-1]['rss_kib']} KiB",
+                file=sys.stderr,
+            )
+    wall = time.monotonic() - started
+    return {
+        "seconds": round(wall),
+        "cycles": cycles,
+        "cycles_per_s": cycles / wall,
+        "errors": errors,
+        "rss_kib": samples,
+    }
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -382,6 +450,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=None, help="service processes (LEDGER_WEB_WORKERS; default: its own)"
     )
     parser.add_argument("--no-pgbench", action="store_true", help="skip pgbench (no ratio)")
+    parser.add_argument(
+        "--no-half-peak",
+        action="store_true",
+        help="skip the run of each workload held to half its measured cycles/s (latency at half the peak)",
+    )
+    parser.add_argument(
+        "--soak",
+        type=int,
+        default=0,
+        help="then run spread for this many seconds, sampling the service's RSS (make bench: 300)",
+    )
     return parser.parse_args(argv)
 
 
@@ -423,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[LoadRun] = []
     recorder: subprocess.Popen[bytes] | None = None
     integrity: Any = "not checked"
+    soak: dict[str, Any] | None = None
     setup_s = float("nan")
     processes = 0
     try:
@@ -472,6 +552,20 @@ def main(argv: list[str] | None = None) -> int:
                 recorder = None
                 if profile_path.exists():
                     run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
+            if not args.no_half_peak and run.cycles_per_s > 0:
+                pace = run.cycles_per_s / 2 / args.clients  # per connection
+                run.paced = run_wrk(
+                    wrk,
+                    service.base,
+                    workload,
+                    args.accounts,
+                    args.clients,
+                    args.duration,
+                    f"h{tag}",
+                    GATEWAY_TOKEN,
+                    None,
+                    pace,
+                )
             if pgbench:
                 run.pgbench = run_pgbench(
                     pgbench,
@@ -483,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                     CpuWindow(service.pid, postmaster),
                 )
             runs.append(run)
+        if args.soak > 0 and service.pid:
+            soak = run_soak(wrk, service.base, service.pid, args, f"soak-{suffix}")
         with contextlib.suppress(httpx.HTTPError):
             check = httpx.get(
                 f"{service.base}/admin/v1/integrity",
@@ -525,7 +621,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "setup": {"accounts": args.accounts + 1, "seconds": round(setup_s, 2)},
         "integrity": integrity,
-        "service": {"processes": processes, "code": code_version()},
+        "soak": soak,
+        "service": {
+            "processes": processes,
+            "code": code_version(),
+            "lanes": os.environ.get("LEDGER_BATCH_LANES"),
+        },
         "workloads": [
             asdict(r)
             | {

@@ -6,7 +6,10 @@
 --
 -- Arguments (after `--`): mode ("spread" or "one"), accounts (count, for spread),
 -- account prefix (spread: "<prefix>0000".."<prefix>NNNN"; one: the account id
--- itself), a run tag that makes idempotency keys unique, and the gateway token.
+-- itself), a run tag that makes idempotency keys unique, the gateway token, and
+-- optionally a pace: cycles per second per connection (0 or absent: as fast as
+-- the service answers). Paced, each connection starts a cycle every 1/pace s
+-- (wrk's delay(), in whole milliseconds), with its phase spread at random.
 -- done() writes the samples to the file named by $BENCH_SAMPLES.
 --
 -- wrk measures latency per request but cannot tell a reserve from a settle, so
@@ -40,6 +43,8 @@ settle_us = {}
 statuses = {} -- "reserve 402" -> count
 bodies = {} -- the first few error bodies
 local pending = nil -- hold id waiting for its settle
+local period_us = 0 -- paced: microseconds between cycle starts on this connection
+local next_cycle = 0
 local phase = "reserve"
 local started = 0
 local counter = 0
@@ -65,8 +70,29 @@ function init(args)
   prefix = args[3] or prefix
   tag = args[4] or tag
   token = args[5] or token
+  local pace = tonumber(args[6]) or 0
+  if pace > 0 then
+    period_us = 1e6 / pace
+  end
   set_headers()
   math.randomseed(tid * 7919 + os.time())
+end
+
+function delay()
+  if period_us == 0 or pending then
+    return 0
+  end
+  local now = now_us()
+  if next_cycle == 0 then
+    next_cycle = now + math.random() * period_us
+  end
+  local wait = next_cycle - now
+  -- behind schedule (a slow cycle): start now, and do not burst to catch up
+  next_cycle = math.max(next_cycle, now) + period_us
+  if wait <= 0 then
+    return 0
+  end
+  return math.floor(wait / 1000)
 end
 
 function request()

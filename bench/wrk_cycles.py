@@ -72,6 +72,7 @@ class LoadRun:
     db_per_cycle: dict[str, float] = field(default_factory=dict)  # pg_stat_database counters per cycle
     pgbench: PgbenchRun | None = None
     profile: dict[str, Any] | None = field(default=None)
+    paced: LoadRun | None = None  # the same workload held to half this run's cycles/s
 
     @property
     def error_count(self) -> int:
@@ -92,14 +93,16 @@ def run_wrk(
     tag: str,
     token: str,
     cpu: CpuWindow | None,
+    pace: float = 0.0,
 ) -> LoadRun:
-    """Run one workload ("spread" or "one account") for `duration` s; `cpu` measures the window if given."""
+    """Run one workload ("spread" or "one account") for `duration` s; `cpu` measures the window if given;
+    `pace` > 0 holds each connection to that many cycles per second."""
     mode, target = ("one", HOT_ACCOUNT) if workload == "one account" else ("spread", ACCOUNT_PREFIX)
     with tempfile.NamedTemporaryFile("r", suffix=".samples", delete=False) as samples_file:
         samples_path = Path(samples_file.name)
     env = dict(os.environ, BENCH_SAMPLES=str(samples_path))
     argv = [wrk, "-t", str(clients), "-c", str(clients), "-d", f"{duration}s", "--timeout", "10s"]
-    argv += ["-s", str(LUA), base, "--", mode, str(accounts), target, tag, token]
+    argv += ["-s", str(LUA), base, "--", mode, str(accounts), target, tag, token, f"{pace:.6f}"]
     try:
         if cpu:
             cpu.start()

@@ -188,7 +188,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         log_level=env.get("LEDGER_LOG_LEVEL", "info").upper(),
         db_pool_size=_int(env, "LEDGER_DB_POOL_SIZE", 20, minimum=1),
         db_max_overflow=_int(env, "LEDGER_DB_MAX_OVERFLOW", 10, minimum=0),
-        batch_lanes=_int(env, "LEDGER_BATCH_LANES", 2, minimum=1),
+        batch_lanes=_int(env, "LEDGER_BATCH_LANES", 1, minimum=1),
         # Embedded (development) mode waits 5 s past expiry before reconciling, so the
         # orphaned-hold demo finishes in seconds; a configured deployment waits 60 s.
         reconcile_grace_seconds=_int(

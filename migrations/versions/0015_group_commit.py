@@ -204,7 +204,7 @@ BEGIN
   -- each account are primary-key lookups (no plan over the transition table may scan a table).
   FOR e IN SELECT x.id, x.account_id, x.currency, x.book, x.amount, x.balance_after, x.held_after,
                   (SELECT t.batched FROM journal_transactions t WHERE t.id = x.transaction_id) AS batched
-             FROM added x ORDER BY x.account_id, x.id LOOP
+             FROM added x ORDER BY x.account_id, 8, x.id LOOP  -- a mix shows at its first batched entry
     IF e.account_id IS DISTINCT FROM current_account THEN
       IF current_batched AND account_kind = 'customer' THEN
         UPDATE accounts SET balance = running_balance, held = running_held WHERE id = current_account;

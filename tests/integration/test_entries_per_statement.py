@@ -1,0 +1,151 @@
+"""Entries of batched journal transactions (migration 0015) cannot corrupt the books either.
+
+Their accounts are moved once per statement by `journal_entries_apply`, from the running
+positions the entries carry; whatever SQL is sent, a position that is not the account's
+running balance and held, a hold book below zero, a mix with other entries, a system
+account with a position, an unknown account or a grant book is refused, and a batched
+transaction must still balance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.integration.test_journal_invariants import balance_of, refused, refused_at_commit
+
+ENTRY = (
+    "INSERT INTO journal_entries "
+    "(transaction_id, account_id, currency, book, amount, balance_after, held_after) VALUES "
+)
+
+
+@pytest.fixture
+def funded(make_account: Any) -> str:
+    account_id: str = make_account("5")
+    return account_id
+
+
+def batched(sql: psycopg.Connection[Any], account_id: str, kind: str = "reserve") -> int:
+    row = sql.execute(
+        "INSERT INTO journal_transactions (kind, account_id, actor, batched) VALUES (%s, %s, 'sql', true) "
+        "RETURNING id",
+        (kind, account_id),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_batched_entries_with_their_running_positions_move_the_account_once(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    txn = batched(sql, funded)
+    sql.execute(
+        ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0), (%s, %s, 'USD', 'hold', 1, 5, 1)",
+        (txn, funded, txn, funded),
+    )
+    # Seen inside the transaction (a reserve without its hold is not committed: the books
+    # are shared by every test, and the integrity check would rightly object).
+    row = sql.execute("SELECT balance, held FROM accounts WHERE id = %s", (funded,)).fetchone()
+    assert row is not None and (row[0], row[1]) == (5, 1)
+    rows = sql.execute(
+        "SELECT balance_after, held_after FROM journal_entries WHERE transaction_id = %s ORDER BY id", (txn,)
+    ).fetchall()
+    assert [(b, h) for b, h in rows] == [(4, 0), (5, 1)]
+    sql.rollback()
+    assert balance_of(sql, funded) == "5/0"
+
+
+@pytest.mark.parametrize(
+    ("positions", "why"),
+    [
+        (("4.5", "0", "5", "1"), "running balance"),  # balance_after that is not the running balance
+        (("4", "0", "5", "0"), "running balance"),  # held_after that is not the running held
+        ((None, None, "5", "1"), "running balance"),  # a customer entry without its position
+    ],
+)
+def test_a_wrong_running_position_is_refused(
+    sql: psycopg.Connection[Any], funded: str, positions: tuple[str | None, ...], why: str
+) -> None:
+    txn = batched(sql, funded)
+    b1, h1, b2, h2 = positions
+    message = refused(
+        sql,
+        ENTRY + "(%s, %s, 'USD', 'main', -1, %s, %s), (%s, %s, 'USD', 'hold', 1, %s, %s)",
+        (txn, funded, b1, h1, txn, funded, b2, h2),
+    )
+    assert why in message
+    assert balance_of(sql, funded) == "5/0"
+
+
+def test_the_hold_book_never_goes_below_zero(sql: psycopg.Connection[Any], funded: str) -> None:
+    txn = batched(sql, funded, "release")
+    message = refused(
+        sql,
+        ENTRY + "(%s, %s, 'USD', 'hold', -1, 4, -1), (%s, %s, 'USD', 'main', 1, 5, -1)",
+        (txn, funded, txn, funded),
+    )
+    assert "below zero" in message
+    assert balance_of(sql, funded) == "5/0"
+
+
+def test_batched_and_other_entries_of_one_account_in_one_statement_are_refused(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    txn = batched(sql, funded)
+    plain = sql.execute(
+        "INSERT INTO journal_transactions (kind, account_id, actor) "
+        "VALUES ('adjustment', %s, 'sql') RETURNING id",
+        (funded,),
+    ).fetchone()
+    assert plain is not None
+    message = refused(
+        sql,
+        ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0), (%s, %s, 'USD', 'main', 1, NULL, NULL)",
+        (txn, funded, plain[0], funded),
+    )
+    assert "batched and other entries" in message
+    assert balance_of(sql, funded) == "5/0"
+
+
+def test_a_system_account_takes_no_running_position(sql: psycopg.Connection[Any], funded: str) -> None:
+    txn = batched(sql, funded, "settle")
+    message = refused(
+        sql,
+        ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0), (%s, 'system:revenue:USD:00', 'USD', 'main', 1, 1, 0)",
+        (txn, funded, txn),
+    )
+    assert "system account" in message
+
+
+def test_unknown_accounts_other_currencies_and_grant_books_are_refused(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    txn = batched(sql, funded)
+    message = refused(sql, ENTRY + "(%s, 'no-such-account', 'USD', 'main', -1, NULL, NULL)", (txn,))
+    assert "does not exist in currency" in message
+    txn = batched(sql, funded)
+    message = refused(sql, ENTRY + "(%s, %s, 'EUR', 'main', -1, 4, 0)", (txn, funded))
+    assert "does not exist in currency" in message
+    txn = batched(sql, funded)
+    message = refused(sql, ENTRY + "(%s, %s, 'USD', 'grant:' || gen_random_uuid(), -1, 4, 0)", (txn, funded))
+    assert "main and hold books only" in message
+
+
+def test_only_hold_movements_are_batched(sql: psycopg.Connection[Any], funded: str) -> None:
+    message = refused(
+        sql,
+        "INSERT INTO journal_transactions (kind, account_id, actor, batched) "
+        "VALUES ('deposit', %s, 'sql', true)",
+        (funded,),
+    )
+    assert "journal_transactions_batched_kind" in message
+
+
+def test_a_batched_transaction_must_still_balance(sql: psycopg.Connection[Any], funded: str) -> None:
+    txn = batched(sql, funded)
+    sql.execute(ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0)", (txn, funded))
+    assert "fewer than two entries" in refused_at_commit(sql)
+    assert balance_of(sql, funded) == "5/0"
