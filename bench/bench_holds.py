@@ -316,7 +316,9 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
         pg_cycle = 1000 * r.postgres_s / r.cycles if r.cycles else float("nan")
         loop = 100 * r.server_main_s / r.wall_s if r.wall_s else float("nan")
         line = f"{r.workload}: {r.cycles} cycles; CPU per cycle: ledger server {per_cycle:.2f} ms"
+        client_cycle = 1000 * r.client_cpu_s / r.cycles if r.cycles else float("nan")
         line += f" (event loop thread busy {loop:.0f}% of wall), postgres {pg_cycle:.2f} ms"
+        line += f", client (wrk) {client_cycle:.2f} ms"
         if r.pgbench and r.pgbench.transactions:
             line += (
                 f"; pgbench: postgres {1000 * r.pgbench.postgres_s / r.pgbench.transactions:.2f} ms CPU/txn"
