@@ -536,17 +536,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1.0)
             cpu = CpuWindow(service.pid, postmaster)
             before = db_activity(args.server_url, db)
-            run = run_wrk(
-                wrk,
-                service.base,
-                workload,
-                args.accounts,
-                args.clients,
-                args.duration,
-                tag,
-                GATEWAY_TOKEN,
-                cpu,
-            )
+            load = (wrk, service.base, workload, args.accounts, args.clients, args.duration)
+            run = run_wrk(*load, tag, GATEWAY_TOKEN, cpu)
             run.db_per_cycle = activity_per(before, db_activity(args.server_url, db), run.cycles)
             if recorder is not None:
                 recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -556,18 +547,7 @@ def main(argv: list[str] | None = None) -> int:
                     run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
             if not args.no_half_peak and run.cycles_per_s > 0:
                 pace = run.cycles_per_s / 2 / args.clients  # per connection
-                run.paced = run_wrk(
-                    wrk,
-                    service.base,
-                    workload,
-                    args.accounts,
-                    args.clients,
-                    args.duration,
-                    f"h{tag}",
-                    GATEWAY_TOKEN,
-                    None,
-                    pace,
-                )
+                run.paced = run_wrk(*load, f"h{tag}", GATEWAY_TOKEN, None, pace)
             if pgbench:
                 run.pgbench = run_pgbench(
                     pgbench,
