@@ -438,7 +438,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--accounts", type=int, default=1000, help="accounts for the spread workload")
     parser.add_argument(
-        "--warmup", type=int, default=3, help="seconds of unmeasured load before each workload"
+        "--warmup", type=int, default=5, help="seconds of unmeasured load before each workload"
     )
     parser.add_argument(
         "--server-url",
@@ -515,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
         service.start()
         service.wait_ready()
         setup_s = asyncio.run(create_accounts(service.base, args.accounts))
+        # As pgbench -i does after loading: vacuum and analyze the freshly loaded tables, so the
+        # first workload does not run beside autovacuum and autoanalyze of the setup.
+        admin_sql(with_database(args.server_url, db), "VACUUM ANALYZE")
         processes = len(process_tree(service.pid)) if service.pid else 0
         if not args.json:
             print(
