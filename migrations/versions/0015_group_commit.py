@@ -256,10 +256,15 @@ CREATE TRIGGER journal_entries_apply AFTER INSERT ON journal_entries
 CREATE FUNCTION ledger_hold_batch(ops jsonb)
   RETURNS TABLE (op_index integer, op_outcome text, op_detail jsonb, op_hold holds)
   LANGUAGE plpgsql
-  -- Its statements are cached plans, often first made while the tables were nearly empty:
-  -- never let such a plan scan holds or accounts once they are large (every lookup here
-  -- is by a key that has an index).
+  -- Its statements are cached plans, often first made while the tables were nearly empty
+  -- or with estimates that do not know the batch is small: never let such a plan scan
+  -- holds or accounts once they are large. Every lookup here is by a key that has an
+  -- index, and every join is a small batch against a large table: index lookups in a
+  -- nested loop, never a sequential scan, nor a hash or merge join that reads a whole
+  -- table or index.
   SET enable_seqscan = off
+  SET enable_hashjoin = off
+  SET enable_mergejoin = off
   AS $$
 DECLARE
   n integer := jsonb_array_length(ops);
