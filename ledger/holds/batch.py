@@ -67,7 +67,7 @@ def _decode_json(data: str | bytes) -> Any:
 class HoldBatcher:
     """Coalesces hold operations into `ledger_hold_batch` calls; `submit` answers one row."""
 
-    def __init__(self, url: str, *, lanes: int = 2, max_batch: int = 200, connect_timeout: int = 5) -> None:
+    def __init__(self, url: str, *, lanes: int = 1, max_batch: int = 200, connect_timeout: int = 5) -> None:
         self.lanes = [Lane(url, max_batch=max_batch, connect_timeout=connect_timeout) for _ in range(lanes)]
 
     async def submit(self, operation: dict[str, Any], account_id: str) -> Any:

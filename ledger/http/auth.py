@@ -44,19 +44,17 @@ def _digest(token: str) -> bytes:
 
 class TokenRegistry:
     def __init__(self, settings: Settings) -> None:
-        self._entries: list[tuple[bytes, Principal]] = []
+        # digest -> principal; a token configured twice keeps its first entry (gateway first)
+        self._by_digest: dict[bytes, Principal] = {}
         for token in settings.gateway_tokens:
             digest = _digest(token)
-            self._entries.append((digest, Principal("gateway", "gateway", digest.hex()[:12])))
+            self._by_digest.setdefault(digest, Principal("gateway", "gateway", digest.hex()[:12]))
         for token, role in settings.admin_tokens:
             digest = _digest(token)
-            self._entries.append((digest, Principal("admin", role, digest.hex()[:12])))
-        self._by_digest: dict[bytes, Principal] = {}
-        for digest, principal in self._entries:
-            self._by_digest.setdefault(digest, principal)
+            self._by_digest.setdefault(digest, Principal("admin", role, digest.hex()[:12]))
 
     def lookup(self, token: str) -> Principal | None:
-        # One dict probe by the token's SHA-256 digest (the first entry wins, as configured).
+        # One dict probe by the token's SHA-256 digest.
         # Hashing first keeps the probe's timing independent of the token's bytes: it can
         # only tell how much of two digests agree, which reveals nothing about a token.
         return self._by_digest.get(_digest(token))
