@@ -28,6 +28,7 @@ from ledger.holds.service import HoldService
 from ledger.http.admission import admit
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
+from ledger.http.fastlane import FastLane
 from ledger.http.middleware import request_context_middleware
 from ledger.openapi import assets_router, finish
 from ledger.openapi import config as openapi_config
@@ -107,6 +108,9 @@ def create_app(
         template_config=console.template_config(),
         debug=False,
     )
+    if settings.fast_lane:
+        # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane).
+        app.asgi_handler = FastLane(app, app.asgi_handler)
     # Built once here (not on the first /schema request) so that a shape that no longer
     # matches the handlers fails at start, and the document is served already complete.
     finish(app.openapi_schema)

@@ -70,6 +70,12 @@ HOLD_BATCH_SIZE = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     registry=REGISTRY,
 )
+FAST_LANE = Counter(
+    "ledger_fast_lane_requests_total",
+    "Gateway reserve/settle/release requests served ahead of the framework, or handed to it",
+    ["route", "outcome"],
+    registry=REGISTRY,
+)
 OVERAGE_FLAGGED = Counter(
     "ledger_overage_flagged_total",
     "Settles charged above LEDGER_MAX_OVERAGE_FACTOR x the hold (recorded, flagged, account marked)",

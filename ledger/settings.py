@@ -90,6 +90,9 @@ class Settings:
     alert_max_attempts: int = 8
     alert_retry_base_seconds: int = 10
     alert_batch_size: int = 50
+    # The gateway's reserve, settle and release served ahead of the framework
+    # (ledger.http.fastlane); off: every request goes through Litestar's routing.
+    fast_lane: bool = True
 
     @property
     def embedded(self) -> bool:
@@ -108,6 +111,21 @@ def _int(env: dict[str, str], name: str, default: int, *, minimum: int = 0) -> i
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _flag(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise SettingsError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
 def _positive_decimal(env: dict[str, str], name: str, default: str) -> str:
@@ -221,4 +239,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         alert_max_attempts=_int(env, "LEDGER_ALERT_MAX_ATTEMPTS", 8, minimum=1),
         alert_retry_base_seconds=_int(env, "LEDGER_ALERT_RETRY_BASE_SECONDS", 10, minimum=0),
         alert_batch_size=_int(env, "LEDGER_ALERT_BATCH_SIZE", 50, minimum=1),
+        fast_lane=_flag(env, "LEDGER_FAST_LANE", True),
     )

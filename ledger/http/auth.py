@@ -60,8 +60,8 @@ class TokenRegistry:
         return self._by_digest.get(_digest(token))
 
 
-def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
-    header = connection.headers.get("authorization")
+def bearer_token(header: str | None) -> str:
+    """The token of an Authorization header; 401 unless it is exactly `Bearer <token>`."""
     if not header:
         raise Unauthorized("missing bearer token")
     # Exactly "Bearer <token>": the token is compared as sent, so "Bearer fin " (or a
@@ -74,7 +74,7 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
 
 def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     registry: TokenRegistry = connection.app.state.tokens
-    principal = registry.lookup(_bearer(connection))
+    principal = registry.lookup(bearer_token(connection.headers.get("authorization")))
     if principal is None:
         raise Unauthorized("unknown token")
     connection.state.principal = principal

@@ -103,12 +103,18 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
     return errors.LedgerError("internal error")
 
 
+def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.LedgerError:
+    """What a request that raised `exc` is answered with; a 5xx is logged with its cause."""
+    error = translate(exc, body_limit=body_limit)
+    if error.status >= 500:
+        log.error("request.failed", code=error.code, path=path, exc_info=exc)
+    return error
+
+
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     settings = getattr(request.app.state, "settings", None)
-    error = translate(exc, body_limit=getattr(settings, "max_body_bytes", None))
+    error = refusal(exc, path=request.url.path, body_limit=getattr(settings, "max_body_bytes", None))
     if isinstance(exc, ValidationException) and error.param:
         # Litestar names a query parameter by its Python name; the caller sent its alias.
         error.param = query_key(request, error.param)
-    if error.status >= 500:
-        log.error("request.failed", code=error.code, path=request.url.path, exc_info=exc)
     return error_response(error)

@@ -45,7 +45,11 @@ def resolve(header: str | None, field: str | None) -> str:
     return key
 
 
-def keyed(request: Request[Any, Any, Any], body: msgspec.Struct, kind: type[T]) -> T:
+def with_key(header: str | None, body: msgspec.Struct, kind: type[T]) -> T:
     """`body` (the wire Struct, key optional) as `kind` (the service's Struct, key required)."""
-    key = resolve(request.headers.get(HEADER), getattr(body, "idempotency_key", None))
+    key = resolve(header, getattr(body, "idempotency_key", None))
     return kind(**{**msgspec.structs.asdict(body), "idempotency_key": key})
+
+
+def keyed(request: Request[Any, Any, Any], body: msgspec.Struct, kind: type[T]) -> T:
+    return with_key(request.headers.get(HEADER), body, kind)

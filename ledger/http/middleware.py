@@ -1,4 +1,9 @@
-"""ASGI middleware: a request id on every log line and response, and per-route metrics."""
+"""ASGI middleware: a request id on every log line and response, and per-route metrics.
+
+`begin` and `finish` are the two halves, shared with `ledger.http.fastlane` (which
+serves the gateway's hot calls before the framework and must log and count them
+exactly as this middleware does).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,29 @@ from ledger.metrics import LATENCY, REQUESTS
 
 log = structlog.get_logger("ledger.access")
 
+REQUEST_ID = b"x-request-id"
+
+
+def request_id_from(incoming_header: bytes) -> str:
+    """The caller's X-Request-Id when it is printable (first 64 characters), else a fresh one."""
+    incoming = incoming_header.decode("latin-1")[:64]
+    return incoming if incoming.isprintable() and incoming else uuid.uuid4().hex
+
+
+def begin(request_id: str) -> float:
+    """Bind the request's log context; returns the start time for `finish`."""
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    return time.perf_counter()
+
+
+def finish(method: str, route: str, status: int, started: float) -> None:
+    """The request's latency and count by route template, and its access-log line."""
+    elapsed = time.perf_counter() - started
+    LATENCY.labels(method, route).observe(elapsed)
+    REQUESTS.labels(method, route, str(status)).inc()
+    log.info("request", method=method, route=route, status=status, duration_ms=round(elapsed * 1000, 2))
+
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -20,19 +48,16 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        incoming = headers.get(b"x-request-id", b"").decode("latin-1")[:64]
-        request_id = incoming if incoming.isprintable() and incoming else uuid.uuid4().hex
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        request_id = request_id_from(headers.get(REQUEST_ID, b""))
+        started = begin(request_id)
         scope["state"]["request_id"] = request_id
         status = {"code": 500}
-        started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 raw: list[Any] = list(message.get("headers") or [])
-                raw.append((b"x-request-id", request_id.encode("latin-1")))
+                raw.append((REQUEST_ID, request_id.encode("latin-1")))
                 message["headers"] = raw
             await send(message)
 
@@ -40,16 +65,6 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send_with_id)
         finally:
             route = scope.get("path_template") or "unmatched"
-            method = scope.get("method", "")
-            elapsed = time.perf_counter() - started
-            LATENCY.labels(method, route).observe(elapsed)
-            REQUESTS.labels(method, route, str(status["code"])).inc()
-            log.info(
-                "request",
-                method=method,
-                route=route,
-                status=status["code"],
-                duration_ms=round(elapsed * 1000, 2),
-            )
+            finish(str(scope.get("method", "")), route, status["code"], started)
 
     return middleware
