@@ -94,6 +94,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
     import uvicorn
 
+    from ledger.http.server import LedgerHttpProtocol
     from ledger.logging import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
@@ -134,6 +135,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
             port=port,
             log_level="warning",
             access_log=False,
+            http=LedgerHttpProtocol,
             timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
         return 0
@@ -150,6 +152,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
         port=port,
         log_level="warning",
         access_log=False,
+        http=LedgerHttpProtocol,
         # Without a bound uvicorn waits for every open request on SIGTERM, so one slow
         # client kept the service up indefinitely.
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
