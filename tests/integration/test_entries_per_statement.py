@@ -1,4 +1,4 @@
-"""Entries of batched journal transactions (migration 0015) cannot corrupt the books either.
+"""Entries of batched journal transactions (migrations 0015, 0016) cannot corrupt the books either.
 
 Their accounts are moved once per statement by `journal_entries_apply`, from the running
 positions the entries carry; whatever SQL is sent, a position that is not the account's
@@ -9,12 +9,20 @@ transaction must still balance.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.integration.test_journal_invariants import balance_of, refused, refused_at_commit
+from tests.integration.test_journal_invariants import (
+    add_entry,
+    balance_of,
+    new_transaction,
+    refused,
+    refused_at_commit,
+)
 
 ENTRY = (
     "INSERT INTO journal_entries "
@@ -149,3 +157,50 @@ def test_a_batched_transaction_must_still_balance(sql: psycopg.Connection[Any], 
     sql.execute(ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0)", (txn, funded))
     assert "fewer than two entries" in refused_at_commit(sql)
     assert balance_of(sql, funded) == "5/0"
+
+
+def test_a_batched_statement_never_overwrites_a_change_it_did_not_wait_for(
+    sql: psycopg.Connection[Any], funded: str, database: str
+) -> None:
+    """Migration 0016: the one update applies only to an account row still as it was read.
+
+    Another transaction posts +1 to the account and has not committed. A batched statement
+    that did not lock the account first computes its positions from the committed 5, then
+    waits for the row; once the +1 commits, applying its positions would erase it. It is
+    refused instead (40001: the service retries), and the +1 stays.
+    """
+    with psycopg.connect(database) as other, psycopg.connect(database, autocommit=True) as watcher:
+        deposit = new_transaction(other, funded)
+        add_entry(other, deposit, "system:adjustments:USD", "-1")
+        add_entry(other, deposit, funded, "1")  # the account row is now locked by `other`
+        txn = batched(sql, funded)
+        outcome: list[BaseException | None] = []
+
+        def apply() -> None:
+            try:
+                sql.execute(
+                    ENTRY + "(%s, %s, 'USD', 'main', -1, 4, 0), (%s, %s, 'USD', 'hold', 1, 5, 1)",
+                    (txn, funded, txn, funded),
+                )
+                outcome.append(None)
+            except psycopg.Error as error:
+                outcome.append(error)
+
+        worker = threading.Thread(target=apply)
+        worker.start()
+        pid = sql.info.backend_pid
+        for _ in range(200):  # until it waits for the row lock
+            row = watcher.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            if row is not None and row[0] == "Lock":
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the batched statement never waited for the account")
+        other.commit()
+        worker.join(timeout=30)
+    assert outcome and isinstance(outcome[0], psycopg.errors.SerializationFailure), outcome
+    assert "changed while its batched entries were applied" in str(outcome[0])
+    sql.rollback()
+    assert balance_of(sql, funded) == "6/0"
