@@ -1,8 +1,15 @@
-"""Group commit, leaner: generic plans for the batch, one account update per statement.
+"""Group commit, leaner: reads once per batch, one account update per statement, generic plans.
 
-1. `ledger_hold_batch` runs with `plan_cache_mode = force_generic_plan`: its statements
-   take arrays and jsonb, whose custom plans looked cheaper than the generic one to the
-   plan cache, so some of them were planned again on every call.
+1. `ledger_hold_batch` reads once per batch what it read once per operation: the
+   accounts are locked by one statement (an index scan of the sorted ids, each row
+   locked as the scan reaches it, so still in id order), then, under those locks, one
+   statement each reads the holds the batch settles or releases, the holds that already
+   carry a reserve's idempotency key, and the accounts with live grants. Every change to
+   a hold or a key takes its account's lock first, so these reads are exactly what the
+   per-operation lookups saw. Outcomes and their order of checks are unchanged.
+   It also runs with `plan_cache_mode = force_generic_plan`: its statements take arrays
+   and jsonb, whose custom plans looked cheaper than the generic one to the plan cache,
+   so some of them were planned again on every call.
 2. `ledger_entries_apply` (the statement trigger of 0015) reads each batched entry's
    account in the same query that walks the transition table (a primary-key join), and
    applies the new positions of all the statement's accounts with ONE update, in
