@@ -7,6 +7,7 @@ here: `ledger.cli serve` decides whether they run in-process (embedded mode).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,6 +60,19 @@ CONTROLLERS: list[Any] = [
 ]
 
 
+def settle_heap() -> None:
+    """Keep the objects made at start out of every garbage collection from now on.
+
+    The routes, schemas, OpenAPI document, templates and pools made at start (about 120k
+    objects) live as long as the process, yet each full collection walked them all: 70 ms
+    with the event loop stopped, a pause every in-flight request waited through. After
+    one collection of start-up garbage, `gc.freeze()` moves the survivors to the permanent
+    generation, so a collection only walks what requests have made since.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(
     settings: Settings,
     database_url: str,
@@ -82,6 +96,7 @@ def create_app(
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
         app.state.reports = ReportService(engine)
         app.state.alerts = AlertService(engine, settings)
+        settle_heap()
         try:
             yield
         finally:

@@ -1,4 +1,4 @@
-"""Group commit, leaner: reads once per batch, one account update per statement, generic plans.
+"""Group commit, leaner: reads once per batch, one account update per statement.
 
 1. `ledger_hold_batch` reads once per batch what it read once per operation: the
    accounts are locked by one statement (an index scan of the sorted ids, each row
@@ -7,9 +7,11 @@
    carry a reserve's idempotency key, and the accounts with live grants. Every change to
    a hold or a key takes its account's lock first, so these reads are exactly what the
    per-operation lookups saw. Outcomes and their order of checks are unchanged.
-   It also runs with `plan_cache_mode = force_generic_plan`: its statements take arrays
-   and jsonb, whose custom plans looked cheaper than the generic one to the plan cache,
-   so some of them were planned again on every call.
+   Its statements keep PostgreSQL's default plan caching on purpose: a custom plan is
+   made with the tables' current size, while a generic plan forced once (tried here) is
+   made once per connection, and made just after start it treated holds as empty: with
+   index-only probes and no other access allowed, it walked the whole holds index for
+   every batch, slower and slower as the table grew.
 2. `ledger_entries_apply` (the statement trigger of 0015) reads each batched entry's
    account in the same query that walks the transition table (a primary-key join), and
    applies the new positions of all the statement's accounts with ONE update, in
@@ -48,7 +50,6 @@ CREATE OR REPLACE FUNCTION ledger_hold_batch(ops jsonb)
   SET enable_seqscan = off
   SET enable_hashjoin = off
   SET enable_mergejoin = off
-  SET plan_cache_mode = force_generic_plan
   AS $$
 DECLARE
   n integer := jsonb_array_length(ops);
@@ -122,10 +123,14 @@ BEGIN
     g_accounts := ARRAY(SELECT DISTINCT gr.account_id FROM grants gr
                          WHERE gr.account_id = ANY (a_id) AND gr.remaining > 0 AND gr.expires_at > now());
   END IF;
-  SELECT array_agg(h.account_id || E'\x1f' || h.idempotency_key), array_agg(h) INTO k_keys, k_rows
-    FROM (SELECT x ->> 'account_id' AS account_id, x ->> 'key' AS key
-            FROM jsonb_array_elements(ops) x WHERE x ->> 'op' = 'reserve') q
-    JOIN holds h ON h.account_id = q.account_id AND h.idempotency_key = q.key;
+  -- LATERAL: one index probe per reserve, whatever the plan thinks of the table's size
+  -- (a plan made while holds was nearly empty must never walk it).
+  SELECT array_agg((h.hold).account_id || E'\x1f' || (h.hold).idempotency_key), array_agg(h.hold)
+    INTO k_keys, k_rows
+    FROM jsonb_array_elements(ops) x
+    CROSS JOIN LATERAL (SELECT hh AS hold FROM holds hh
+                         WHERE hh.account_id = x ->> 'account_id' AND hh.idempotency_key = x ->> 'key') h
+   WHERE x ->> 'op' = 'reserve';
 
   -- Each operation in arrival order, against the accounts as the earlier ones left them.
   FOR k IN 0 .. n - 1 LOOP
@@ -360,7 +365,13 @@ BEGIN
   END IF;
 END $$;
 
-CREATE OR REPLACE FUNCTION ledger_entries_apply() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION ledger_entries_apply() RETURNS trigger LANGUAGE plpgsql
+  -- Runs for every statement that inserts entries (batched or not): its plans may only
+  -- probe accounts by primary key, never scan or hash the table.
+  SET enable_seqscan = off
+  SET enable_hashjoin = off
+  SET enable_mergejoin = off
+  AS $$
 DECLARE
   e record;
   current_account text;
@@ -383,7 +394,9 @@ BEGIN
   FOR e IN SELECT x.id, x.account_id, x.currency, x.book, x.amount, x.balance_after, x.held_after,
                   (SELECT t.batched FROM journal_transactions t WHERE t.id = x.transaction_id) AS batched,
                   a.kind AS a_kind, a.currency AS a_currency, a.balance AS a_balance, a.held AS a_held
-             FROM added x LEFT JOIN accounts a ON a.id = x.account_id
+             FROM added x
+             LEFT JOIN LATERAL (SELECT ac.kind, ac.currency, ac.balance, ac.held FROM accounts ac
+                                 WHERE ac.id = x.account_id) a ON true
             ORDER BY x.account_id, 8, x.id LOOP  -- a mix shows at its first batched entry
     IF e.account_id IS DISTINCT FROM current_account THEN
       IF current_batched AND account_kind = 'customer' THEN
