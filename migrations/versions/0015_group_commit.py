@@ -74,6 +74,8 @@ Create Date: 2026-12-03
 
 from alembic import op
 
+from migrations.functions import defined_by
+
 revision = "0015"
 down_revision = "0014"
 branch_labels = None
@@ -555,105 +557,19 @@ BEGIN
 END $$;
 """
 
-DOWNGRADE = r"""
+DOWNGRADE = (
+    r"""
 DROP FUNCTION ledger_hold_batch(jsonb);
 DROP TRIGGER journal_entries_apply ON journal_entries;
 DROP FUNCTION ledger_entries_apply();
-CREATE OR REPLACE FUNCTION ledger_entry_post() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  txn_xact xid8;
-  txn_kind text;
-  account_currency char(3);
-  account_kind text;
-  g record;
-  left_after numeric;
-BEGIN
-  SELECT xact_id, kind INTO txn_xact, txn_kind FROM journal_transactions WHERE id = NEW.transaction_id;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'ledger: journal transaction % does not exist', NEW.transaction_id
-      USING ERRCODE = 'foreign_key_violation';
-  END IF;
-  IF txn_xact <> pg_current_xact_id() THEN
-    RAISE EXCEPTION 'ledger: entries may only be added to a journal transaction created in the same database transaction'
-      USING ERRCODE = 'restrict_violation';
-  END IF;
-  IF strpos(coalesce(current_setting('ledger.sealed', true), ''), ',' || NEW.transaction_id || ',') > 0 THEN
-    RAISE EXCEPTION 'ledger: journal transaction % was already checked as balanced; it takes no more entries',
-      NEW.transaction_id USING ERRCODE = 'restrict_violation';
-  END IF;
-  IF NEW.book = 'main' AND txn_kind IN ('grant', 'grant_expiry')
-     AND NEW.account_id IS DISTINCT FROM 'system:grants:' || NEW.currency THEN
-    RAISE EXCEPTION 'ledger: a % transaction moves money between a grant book and system:grants:% only',
-      txn_kind, NEW.currency USING ERRCODE = 'check_violation';
-  ELSIF NEW.book LIKE 'grant:%' THEN
-    SELECT id, account_id, amount, remaining, expired, expires_at INTO g
-      FROM grants WHERE id = CAST(substr(NEW.book, 7) AS uuid);
-    IF NOT FOUND OR g.account_id <> NEW.account_id THEN
-      RAISE EXCEPTION 'ledger: book % is not a grant of account %', NEW.book, NEW.account_id
-        USING ERRCODE = 'foreign_key_violation';
-    END IF;
-    IF txn_kind = 'grant' THEN
-      IF g.remaining <> 0 OR g.expired <> 0 OR NEW.amount <> g.amount THEN
-        RAISE EXCEPTION 'ledger: a grant transaction puts exactly the grant''s amount into its empty book'
-          USING ERRCODE = 'check_violation';
-      END IF;
-    ELSIF txn_kind IN ('settle', 'true_up') THEN
-      IF NEW.amount > 0 OR g.expires_at <= now() THEN
-        RAISE EXCEPTION 'ledger: a charge only takes from a grant that has not expired (grant %)', g.id
-          USING ERRCODE = 'check_violation';
-      END IF;
-    ELSIF txn_kind = 'grant_expiry' THEN
-      IF g.expires_at > now() OR NEW.amount > 0 THEN
-        RAISE EXCEPTION 'ledger: grant % has not expired', g.id USING ERRCODE = 'check_violation';
-      END IF;
-    ELSE
-      RAISE EXCEPTION 'ledger: a % transaction may not post to a grant book', txn_kind
-        USING ERRCODE = 'check_violation';
-    END IF;
-    UPDATE grants
-       SET remaining = remaining + NEW.amount,
-           expired = expired - CASE WHEN txn_kind = 'grant_expiry' THEN NEW.amount ELSE 0 END,
-           expired_at = CASE WHEN txn_kind = 'grant_expiry' THEN now() ELSE expired_at END
-     WHERE id = g.id
-     RETURNING remaining INTO left_after;
-    IF txn_kind = 'grant_expiry' AND left_after <> 0 THEN
-      RAISE EXCEPTION 'ledger: an expiry posts out all that remains of grant % (% left)', g.id, left_after
-        USING ERRCODE = 'check_violation';
-    END IF;
-  END IF;
-  NEW.created_at := now();
-  UPDATE accounts
-     SET balance = balance + NEW.amount,
-         held = held + CASE WHEN NEW.book = 'hold' THEN NEW.amount ELSE 0 END
-   WHERE id = NEW.account_id AND kind = 'customer' AND currency = NEW.currency
-   RETURNING balance, held INTO NEW.balance_after, NEW.held_after;
-  IF NOT FOUND THEN
-    SELECT currency, kind INTO account_currency, account_kind FROM accounts WHERE id = NEW.account_id;
-    IF NOT FOUND OR account_currency <> NEW.currency THEN
-      RAISE EXCEPTION 'ledger: entry account % does not exist in currency %', NEW.account_id, NEW.currency
-        USING ERRCODE = 'foreign_key_violation';
-    END IF;
-    IF account_kind = 'customer' THEN
-      RAISE EXCEPTION 'ledger: could not apply the entry to account %', NEW.account_id
-        USING ERRCODE = 'internal_error';
-    END IF;
-    IF NEW.book <> 'main' THEN
-      RAISE EXCEPTION 'ledger: system accounts have no hold or grant book' USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.account_id LIKE 'system:grants:%' AND txn_kind NOT IN ('grant', 'grant_expiry') THEN
-      RAISE EXCEPTION 'ledger: % takes grant and grant_expiry entries only', NEW.account_id
-        USING ERRCODE = 'check_violation';
-    END IF;
-    NEW.balance_after := NULL;
-    NEW.held_after := NULL;
-  END IF;
-  RETURN NEW;
-END $$;
-
+"""
+    + defined_by("0013_credit_grants.py", "ledger_entry_post")
+    + r"""
 
 ALTER TABLE journal_transactions DROP CONSTRAINT journal_transactions_batched_kind;
 ALTER TABLE journal_transactions DROP COLUMN batched;
 """
+)
 
 
 def upgrade() -> None:

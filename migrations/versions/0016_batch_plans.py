@@ -27,10 +27,9 @@ Revises: 0015
 Create Date: 2026-12-03
 """
 
-import re
-from pathlib import Path
-
 from alembic import op
+
+from migrations.functions import defined_by
 
 revision = "0016"
 down_revision = "0015"
@@ -462,22 +461,10 @@ END $$;
 """
 
 
-def _previous() -> str:
-    """0015's definitions of the two functions, as it created them."""
-    text = (Path(__file__).parent / "0015_group_commit.py").read_text()
-    upgrade = text.split('UPGRADE = r"""', 1)[1].split('"""', 1)[0]
-    definitions = []
-    for name in ("ledger_entries_apply", "ledger_hold_batch"):
-        found = re.search(rf"CREATE FUNCTION {name}\(.*?\nEND \$\$;\n", upgrade, re.S)
-        if found is None:
-            raise RuntimeError(f"0015 no longer defines {name}: cannot downgrade 0016")
-        definitions.append(found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
-    return "".join(definitions)
-
-
 def upgrade() -> None:
     op.execute(UPGRADE)
 
 
 def downgrade() -> None:
-    op.execute(_previous())
+    # 0015's definitions of both functions, read from 0015 itself
+    op.execute(defined_by("0015_group_commit.py", "ledger_entries_apply", "ledger_hold_batch"))

@@ -1,4 +1,8 @@
-"""Migration 0016 goes down to 0015's functions and up again, on a database of its own."""
+"""Migrations 0016 and 0015 go down to the functions before them and up again.
+
+Their downgrades read those functions from the migrations that wrote them
+(`migrations.functions.defined_by`).
+"""
 
 from __future__ import annotations
 
@@ -42,3 +46,18 @@ def test_0016_downgrades_to_0015_and_upgrades_again(scratch: str) -> None:
     assert "array_agg(h.id), array_agg(h)" not in previous["ledger_hold_batch"][0]
     migrate(url)
     assert sources(scratch) == head
+
+
+def test_0015_downgrades_to_0013_s_entry_trigger(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+    command.downgrade(alembic_config(url), "0014")
+    with psycopg.connect(scratch) as conn:
+        source = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'ledger_entry_post'").fetchone()
+        batched = conn.execute(
+            "SELECT 1 FROM information_schema.columns "
+            "WHERE table_name = 'journal_transactions' AND column_name = 'batched'"
+        ).fetchone()
+    assert source is not None and "txn_batched" not in source[0] and "grant_expiry" in source[0]
+    assert batched is None
+    migrate(url)
