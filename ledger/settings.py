@@ -121,9 +121,10 @@ def _flag(env: dict[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
-    if raw.strip().lower() in _TRUE:
+    value = raw.strip().lower()
+    if value in _TRUE:
         return True
-    if raw.strip().lower() in _FALSE:
+    if value in _FALSE:
         return False
     raise SettingsError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 

@@ -72,11 +72,16 @@ def bearer_token(header: str | None) -> str:
     return token
 
 
-def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-    registry: TokenRegistry = connection.app.state.tokens
-    principal = registry.lookup(bearer_token(connection.headers.get("authorization")))
+def authenticate(registry: TokenRegistry, authorization: str | None) -> Principal:
+    """Who an Authorization header names; 401 unless it is `Bearer <a known token>`."""
+    principal = registry.lookup(bearer_token(authorization))
     if principal is None:
         raise Unauthorized("unknown token")
+    return principal
+
+
+def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
     connection.state.principal = principal
     structlog.contextvars.bind_contextvars(actor=principal.identity)
     return principal

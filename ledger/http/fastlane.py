@@ -38,14 +38,15 @@ from litestar import Litestar
 from litestar._asgi.utils import is_valid_host
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from ledger.context import Actor
+from ledger.errors import LedgerError
 from ledger.holds.schemas import ReserveBody, ReserveRequest, UsageRequest
 from ledger.http.admission import is_json_media_type
-from ledger.http.auth import Principal, TokenRegistry, bearer_token
+from ledger.http.auth import Principal, authenticate
 from ledger.http.body import decode
 from ledger.http.errors import error_body, refusal
 from ledger.http.idempotency_key import with_key
 from ledger.http.middleware import REQUEST_ID, begin, finish, request_id_from
+from ledger.http.request import actor_for
 from ledger.metrics import FAST_LANE
 
 # Route templates, as Litestar names them (the metrics' `route` label).
@@ -113,7 +114,7 @@ class FastLane:
         request_id = request_id_from(incoming_id)
         started = begin(request_id)
         structlog.contextvars.bind_contextvars(actor=principal.identity)
-        actor = Actor(identity=principal.identity, role=principal.role, request_id=request_id)
+        actor = actor_for(principal, request_id)
         status = 500
         try:
             try:
@@ -150,13 +151,13 @@ class FastLane:
 
     def _principal(self, authorization: bytes | None) -> Principal:
         try:
-            token = bearer_token(authorization.decode("latin-1") if authorization is not None else None)
-        except Exception:
-            raise _HandOff from None
-        registry: TokenRegistry = self.app.state.tokens
-        principal = registry.lookup(token)
-        if principal is None or principal.surface != "gateway":
-            raise _HandOff
+            principal = authenticate(
+                self.app.state.tokens, authorization.decode("latin-1") if authorization is not None else None
+            )
+        except LedgerError:
+            raise _HandOff from None  # 401: the guard's
+        if principal.surface != "gateway":
+            raise _HandOff  # 403: the guard's
         return principal
 
 

@@ -7,13 +7,12 @@ from typing import Any
 from litestar import Request
 
 from ledger.context import Actor
-from ledger.http.auth import principal_of
+from ledger.http.auth import Principal, principal_of
+
+
+def actor_for(principal: Principal, request_id: str | None) -> Actor:
+    return Actor(identity=principal.identity, role=principal.role, request_id=request_id)
 
 
 def actor_of(request: Request[Any, Any, Any]) -> Actor:
-    principal = principal_of(request)
-    return Actor(
-        identity=principal.identity,
-        role=principal.role,
-        request_id=request.scope["state"].get("request_id"),
-    )
+    return actor_for(principal_of(request), request.scope["state"].get("request_id"))
