@@ -120,12 +120,15 @@ async def expired_candidates(conn: AsyncConnection, limit: int) -> list[Any]:
     return list((await conn.execute(_EXPIRED_CANDIDATES, {"limit": limit})).all())
 
 
-async def lock_expired(conn: AsyncConnection, candidates: list[Any]) -> list[Any]:
+async def lock_expired(conn: AsyncConnection, candidates: list[Any]) -> tuple[list[Any], bool]:
     """Lock the candidates' accounts (sorted), then the grants still expired with money left;
-    both SKIP LOCKED: what another transaction holds is left for the next pass."""
+    both SKIP LOCKED: what another transaction holds is left for the next pass.
+
+    Returns the locked grants and whether every candidate's account was locked (then a
+    candidate not returned was expired by someone else meanwhile, not held)."""
     accounts = sorted({c.account_id for c in candidates})
     locked = [r.id for r in (await conn.execute(_LOCK_ACCOUNTS, {"ids": accounts})).all()]
     if not locked:
-        return []
+        return [], False
     params = {"ids": [c.id for c in candidates], "accounts": locked}
-    return list((await conn.execute(_LOCK_EXPIRED, params)).all())
+    return list((await conn.execute(_LOCK_EXPIRED, params)).all()), len(locked) == len(accounts)

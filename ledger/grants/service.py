@@ -71,6 +71,10 @@ def grant_view(row: Any, now: datetime | None = None) -> Grant:
     )
 
 
+# Batches in a row that found their candidates expired by someone else before reading again stops.
+REREADS = 3
+
+
 class GrantService:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -178,11 +182,13 @@ class GrantService:
     async def expire_once(self, actor: Actor, *, batch: int = EXPIRY_BATCH) -> dict[str, Any]:
         """Post out every expired grant's remainder; a summary with counts and amounts per currency.
 
-        Repeats batches until nothing is expired or a batch made no progress (everything
-        left is locked by someone else: `skipped`, for the next pass)."""
+        Repeats batches until nothing is expired or a batch made no progress because what
+        is left is locked by someone else (`skipped`, for the next pass). A batch whose
+        candidates were all expired by a concurrent pass meanwhile reads candidates again."""
         expired = 0
         amounts: dict[str, Decimal] = {}
         skipped = 0
+        rereads = 0
         while True:
             async with read_only(self.engine) as conn:
                 candidates = await repository.expired_candidates(conn, batch)
@@ -192,9 +198,10 @@ class GrantService:
 
             async def work(
                 conn: AsyncConnection, candidates: list[Any] = candidates
-            ) -> list[tuple[str, Decimal]]:
+            ) -> tuple[list[tuple[str, Decimal]], bool]:
                 done: list[tuple[str, Decimal]] = []
-                for row in await repository.lock_expired(conn, candidates):
+                rows, all_locked = await repository.lock_expired(conn, candidates)
+                for row in rows:
                     currency = row.currency.strip()
                     posted = await journal.post(
                         conn,
@@ -226,16 +233,20 @@ class GrantService:
                         request_id=actor.request_id,
                     )
                     done.append((currency, row.remaining))
-                return done
+                return done, all_locked
 
-            done = await transaction(self.engine, work)
+            done, all_locked = await transaction(self.engine, work)
             for currency, amount in done:
                 amounts[currency] = EXACT.add(amounts.get(currency, Decimal(0)), amount)
             expired += len(done)
             MONEY_MOVEMENTS.labels("grant_expiry").inc(len(done))
             if not done:
+                rereads += 1
+                if all_locked and rereads <= REREADS:
+                    continue  # all expired by a concurrent pass meanwhile: read candidates again
                 skipped = len(candidates)
                 break
+            rereads = 0
         summary = {
             "expired": expired,
             "skipped": skipped,
