@@ -1,4 +1,4 @@
-"""Migrations 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -61,3 +61,20 @@ def test_0015_downgrades_to_0013_s_entry_trigger(scratch: str) -> None:
     assert source is not None and "txn_batched" not in source[0] and "grant_expiry" in source[0]
     assert batched is None
     migrate(url)
+
+
+def test_0017_downgrades_to_0016_s_plans_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+    head = sources(scratch)
+    assert "plan_cache_mode=force_generic_plan" in head["ledger_hold_batch"][1]
+    assert (
+        "(SELECT ac FROM accounts ac WHERE ac.id = x.account_id) AS acct" in head["ledger_entries_apply"][0]
+    )
+    command.downgrade(alembic_config(url), "0016")
+    previous = sources(scratch)
+    assert "plan_cache_mode=force_generic_plan" not in previous["ledger_hold_batch"][1]
+    assert "CROSS JOIN LATERAL" in previous["ledger_hold_batch"][0]
+    assert "LEFT JOIN LATERAL" in previous["ledger_entries_apply"][0]
+    migrate(url)
+    assert sources(scratch) == head

@@ -1,0 +1,130 @@
+"""The group commit's plans stay bounded by the batch, however the tables grow (migration 0017).
+
+`ledger_hold_batch` runs with `plan_cache_mode = force_generic_plan`: each of its
+statements, and of the triggers they fire, is planned once per connection and kept. A
+plan made while the tables are empty must still be right when they hold millions of
+rows, so on a new database (empty holds, grants and journal) this test makes the
+function plan every statement it has (reserves, a key replay, an unknown account,
+settles and a release), reads each plan through auto_explain, and refuses any
+plan that reads one of the big tables other than through an index condition: a
+sequential scan, or an index scanned whole with the batch's keys only as a filter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from litestar.testing import TestClient
+
+from ledger.db import migrate
+from ledger.ids import uuid7
+from ledger.settings import load_settings, normalize_database_url
+from tests import pg
+from tests.conftest import TEST_ENV, new_id, open_account, publish, simple_document
+
+BIG = {"accounts", "holds", "grants", "journal_transactions", "journal_entries"}
+CALL = "SELECT b.op_index, b.op_outcome, (b.op_hold).id FROM ledger_hold_batch(CAST(%s AS jsonb)) AS b"
+
+
+@pytest.fixture
+def empty(pg_admin_url: str) -> Iterator[str]:
+    """A new, migrated database whose holds, grants and journal are empty."""
+    name, url = pg.create_database(pg_admin_url)
+    try:
+        migrate(normalize_database_url(url))
+        yield url
+    finally:
+        pg.drop_database(pg_admin_url, name)
+
+
+def reserve(account: str, version: str, *, key: str | None = None) -> dict[str, Any]:
+    return {
+        "op": "reserve", "id": str(uuid7()), "account_id": account, "key": key or new_id("k"),
+        "request_hash": "h", "model": "t-simple", "price_version": version, "currency": "USD",
+        "amount": "1", "reservation": {"amount": "1"}, "ttl": 60, "metadata": {},
+        "pinned": False, "actor": "gateway:test",
+    }  # fmt: skip
+
+
+def settle(hold: str) -> dict[str, Any]:
+    return {
+        "op": "settle", "id": hold, "held": "1", "charged": "0.5",
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "charge": {"amount": "0.5"},
+        "flagged": False, "review_reason": None, "actor": "gateway:test", "revenue": "system:revenue:USD:00",
+    }  # fmt: skip
+
+
+def scans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from scans(child)
+
+
+def unbounded(plan: dict[str, Any]) -> list[str]:
+    """The plan's reads of a big table that no index condition bounds."""
+    found = []
+    for node in scans(plan["Plan"]):
+        kind, table = node["Node Type"], node.get("Relation Name")
+        if table in BIG and kind == "Seq Scan":
+            found.append(f"Seq Scan on {table}")
+        if table in BIG and kind in ("Index Scan", "Index Only Scan") and "Index Cond" not in node:
+            found.append(f"{kind} of {node['Index Name']} on {table} without an index condition")
+        if kind == "Bitmap Index Scan" and "Index Cond" not in node:
+            found.append(f"Bitmap Index Scan of {node['Index Name']} without an index condition")
+    return found
+
+
+def test_every_plan_of_the_batch_probes_an_index_by_the_batch_s_keys(empty: str) -> None:
+    settings = load_settings(dict(TEST_ENV, LEDGER_DATABASE_URL=empty))
+    from ledger.app import create_app
+
+    with TestClient(create_app(settings, normalize_database_url(empty))) as client:
+        version = publish(client, simple_document("USD"))
+        plain, other = open_account(client, "10"), open_account(client, "10")
+
+    plans: list[tuple[str, dict[str, Any]]] = []
+
+    def collect(diag: psycopg.errors.Diagnostic) -> None:
+        message, context = diag.message_primary or "", diag.context or ""
+        if "plan:" in message and "ledger_hold_batch" in context:
+            plans.append((context.splitlines()[0], json.loads(message.split("plan:", 1)[1])))
+
+    with psycopg.connect(empty, autocommit=True) as conn:
+        # Statistics of the empty tables, as autovacuum (or a VACUUM after loading) leaves them:
+        # with them a plan may take an index scanned whole for as cheap as a probe.
+        conn.execute("VACUUM ANALYZE")
+        proconfig = conn.execute(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'ledger_hold_batch'"
+        ).fetchone()
+        assert proconfig is not None and "plan_cache_mode=force_generic_plan" in proconfig[0]
+        conn.add_notice_handler(collect)
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_format = json",
+            "SET client_min_messages = log",
+        ):
+            conn.execute(setting)
+
+        def batch(*ops: dict[str, Any]) -> list[Any]:
+            return sorted(conn.execute(CALL, (json.dumps(list(ops)),)).fetchall())  # in op order
+
+        key = new_id("k")
+        made = batch(reserve(plain, version, key=key), reserve(other, version), reserve("nobody", version))
+        assert [row[1] for row in made] == ["created", "created", "no_account"]
+        replay = batch(reserve(plain, version, key=key), reserve(plain, version))
+        assert [row[1] for row in replay] == ["exists", "created"]
+        done = batch(
+            settle(str(made[0][2])), settle(str(made[1][2])), {**settle(str(replay[1][2])), "op": "release"}
+        )
+        assert [row[1] for row in done] == ["settled", "settled", "released"]
+
+    statements = {text for text, _ in plans}
+    assert len(statements) >= 10, statements  # the function's own statements and its triggers'
+    bad = {text: found for text, plan in plans if (found := unbounded(plan))}
+    assert not bad, bad
