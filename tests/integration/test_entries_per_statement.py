@@ -1,4 +1,4 @@
-"""Entries of batched journal transactions (migrations 0015, 0016) cannot corrupt the books either.
+"""Entries of batched journal transactions (migrations 0015, 0016, 0018) cannot corrupt the books either.
 
 Their accounts are moved once per statement by `journal_entries_apply`, from the running
 positions the entries carry; whatever SQL is sent, a position that is not the account's
@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.conftest import GATEWAY, auth, new_id
 from tests.integration.test_journal_invariants import (
     add_entry,
     balance_of,
@@ -204,3 +205,108 @@ def test_a_batched_statement_never_overwrites_a_change_it_did_not_wait_for(
     assert "changed while its batched entries were applied" in str(outcome[0])
     sql.rollback()
     assert balance_of(sql, funded) == "6/0"
+
+
+# Migration 0018: entries marked `batched` skip the row trigger; the statement trigger checks
+# each of them for what the row trigger checked. Direct SQL may mark entries too.
+MARKED = (
+    "INSERT INTO journal_entries "
+    "(transaction_id, account_id, currency, book, amount, balance_after, held_after, batched) VALUES "
+)
+
+
+def test_marked_entries_with_their_running_positions_move_the_account_once(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    txn = batched(sql, funded)
+    sql.execute(
+        MARKED + "(%s, %s, 'USD', 'main', -1, 4, 0, true), (%s, %s, 'USD', 'hold', 1, 5, 1, true)",
+        (txn, funded, txn, funded),
+    )
+    row = sql.execute(
+        "SELECT a.balance, a.held, (SELECT bool_and(e.created_at = now()) FROM journal_entries e "
+        "WHERE e.transaction_id = %s) FROM accounts a WHERE a.id = %s",
+        (txn, funded),
+    ).fetchone()
+    assert row is not None and (row[0], row[1], row[2]) == (5, 1, True)
+    sql.rollback()
+
+
+def test_a_marked_entry_of_a_transaction_that_is_not_batched_is_refused(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    plain = new_transaction(sql, funded)
+    message = refused(
+        sql,
+        MARKED + "(%s, 'system:adjustments:USD', 'USD', 'main', -1, NULL, NULL, true), "
+        "(%s, %s, 'USD', 'main', 1, 6, 0, true)",
+        (plain, plain, funded),
+    )
+    assert "may be marked batched" in message  # else nothing would move the account
+    assert balance_of(sql, funded) == "5/0"
+
+
+def test_a_marked_entry_of_no_transaction_is_refused(sql: psycopg.Connection[Any], funded: str) -> None:
+    message = refused(sql, MARKED + "(987654321012, %s, 'USD', 'main', -1, 4, 0, true)", (funded,))
+    assert "journal transaction 987654321012 does not exist" in message
+
+
+def test_a_marked_entry_may_not_join_a_committed_transaction(
+    sql: psycopg.Connection[Any], funded: str, client: Any, contract_version: str
+) -> None:
+    r = client.post(
+        "/v1/holds",
+        json={
+            "account_id": funded,
+            "idempotency_key": new_id("k"),
+            "model": "gpt-6-luna",
+            "max_output_tokens": 10,
+            "max_input_tokens": 10,
+            "price_version": contract_version,
+        },
+        headers=auth(GATEWAY),
+    )
+    assert r.status_code == 201, r.text
+    row = sql.execute(
+        "SELECT id FROM journal_transactions WHERE hold_id = %s AND batched", (r.json()["id"],)
+    ).fetchone()
+    assert row is not None  # the group commit's reserve, committed
+    sql.rollback()
+    message = refused(sql, MARKED + "(%s, %s, 'USD', 'hold', 1, 5, 1, true)", (row[0], funded))
+    assert "created in the same database transaction" in message
+
+
+def test_a_marked_entry_may_not_join_a_sealed_transaction(sql: psycopg.Connection[Any], funded: str) -> None:
+    txn = batched(sql, funded)
+    sql.execute(
+        MARKED + "(%s, %s, 'USD', 'main', -1, 4, 0, true), (%s, %s, 'USD', 'hold', 1, 5, 1, true)",
+        (txn, funded, txn, funded),
+    )
+    sql.execute("SET CONSTRAINTS ALL IMMEDIATE")  # checked as balanced, so sealed
+    message = refused(
+        sql,
+        MARKED + "(%s, %s, 'USD', 'hold', -1, 4, 0, true), (%s, %s, 'USD', 'main', 1, 5, 0, true)",
+        (txn, funded, txn, funded),
+    )
+    assert "already checked as balanced" in message
+
+
+def test_a_marked_entry_posts_to_main_or_hold_and_is_dated_now(
+    sql: psycopg.Connection[Any], funded: str
+) -> None:
+    txn = batched(sql, funded)
+    message = refused(
+        sql, MARKED + "(%s, %s, 'USD', 'grant:' || gen_random_uuid(), -1, 4, 0, true)", (txn, funded)
+    )
+    assert "main and hold books only" in message
+    txn = batched(sql, funded)
+    message = refused(
+        sql,
+        "INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount, balance_after, "
+        "held_after, batched, created_at) VALUES "
+        "(%s, %s, 'USD', 'main', -1, 4, 0, true, now() - interval '1 day'), "
+        "(%s, %s, 'USD', 'hold', 1, 5, 1, true, now() - interval '1 day')",
+        (txn, funded, txn, funded),
+    )
+    assert "dated by the database" in message
+    assert balance_of(sql, funded) == "5/0"

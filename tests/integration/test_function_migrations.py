@@ -1,4 +1,4 @@
-"""Migrations 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -76,5 +76,26 @@ def test_0017_downgrades_to_0016_s_plans_and_upgrades_again(scratch: str) -> Non
     assert "plan_cache_mode=force_generic_plan" not in previous["ledger_hold_batch"][1]
     assert "CROSS JOIN LATERAL" in previous["ledger_hold_batch"][0]
     assert "LEFT JOIN LATERAL" in previous["ledger_entries_apply"][0]
+    migrate(url)
+    assert sources(scratch) == head
+
+
+def test_0018_downgrades_to_0017_s_entries_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+    head = sources(scratch)
+    column = (
+        "SELECT 1 FROM information_schema.columns "
+        "WHERE table_name = 'journal_entries' AND column_name = 'batched'"
+    )
+    trigger = "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'journal_entries_post'"
+    with psycopg.connect(scratch) as conn:
+        assert conn.execute(column).fetchone() is not None
+        assert "WHEN ((NOT new.batched))" in conn.execute(trigger).fetchone()[0]  # type: ignore[index]
+    command.downgrade(alembic_config(url), "0017")
+    with psycopg.connect(scratch) as conn:
+        assert conn.execute(column).fetchone() is None
+        assert "WHEN" not in conn.execute(trigger).fetchone()[0]  # type: ignore[index]
+    assert "e.marked" not in sources(scratch)["ledger_entries_apply"][0]
     migrate(url)
     assert sources(scratch) == head
