@@ -1,4 +1,4 @@
-"""Migrations 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -99,3 +99,23 @@ def test_0018_downgrades_to_0017_s_entries_and_upgrades_again(scratch: str) -> N
     assert "e.marked" not in sources(scratch)["ledger_entries_apply"][0]
     migrate(url)
     assert sources(scratch) == head
+
+
+def test_0019_downgrades_to_0018_s_hold_guards_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    listing = (
+        "SELECT string_agg(pg_get_triggerdef(oid), E'\\n' ORDER BY tgname) FROM pg_trigger "
+        "WHERE tgrelid = 'holds'::regclass AND NOT tgisinternal"
+    )
+    migrate(url)
+    with psycopg.connect(scratch) as conn:
+        head = conn.execute(listing).fetchone()
+    assert head is not None and "holds_guard_insert BEFORE INSERT" in head[0]
+    command.downgrade(alembic_config(url), "0018")
+    with psycopg.connect(scratch) as conn:
+        previous = conn.execute(listing).fetchone()
+    assert previous is not None and "_insert" not in previous[0]
+    assert "holds_guard BEFORE INSERT OR DELETE OR UPDATE" in previous[0]
+    migrate(url)
+    with psycopg.connect(scratch) as conn:
+        assert conn.execute(listing).fetchone() == head

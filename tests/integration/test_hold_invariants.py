@@ -109,3 +109,44 @@ def test_money_fields_cannot_be_rewritten(holds: dict[str, Any], sql: psycopg.Co
         'UPDATE holds SET charge = \'{"amount": "0.00003", "lines": []}\'::jsonb WHERE id = %s',
         (holds["settled"],),
     )
+
+
+@pytest.mark.parametrize(
+    ("columns", "values", "why"),
+    [
+        ("state", "'settled'", "a hold starts open"),
+        ("state", "'interrupted'", "a hold starts open"),
+        ("charged", "0", "no charge, release"),
+        ("released", "5", "no charge, release"),
+        ("true_up", "1", "no charge, release"),
+        ("charge", "'{}'::jsonb", "no charge, release"),
+        ("overage_flagged", "true", "a new hold is not flagged"),
+    ],
+)
+def test_a_new_hold_starts_open_unflagged_and_without_money_columns(
+    holds: dict[str, Any], sql: psycopg.Connection[Any], columns: str, values: str, why: str
+) -> None:
+    """Migration 0019 calls these guards on INSERT only when their condition holds: each
+    refusal is still made (and before the deferred journal check)."""
+    state = values if columns == "state" else "'open'"
+    extra_columns, extra_values = ("", "") if columns == "state" else (f", {columns}", f", {values}")
+    message = refused(
+        sql,
+        "INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, "
+        f"currency, amount, reservation, ttl_seconds, expires_at{extra_columns}) "
+        f"VALUES (gen_random_uuid(), %s, %s, 'x', {state}, "
+        f"'t-simple', %s, %s, 5, '{{}}'::jsonb, 60, now() + interval '1 minute'{extra_values})",
+        (holds["account"], new_id("k"), holds["version"], holds["currency"]),
+    )
+    assert why in message
+
+
+def test_the_overage_flag_is_set_only_by_a_settle_and_never_cleared(
+    holds: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    assert "flagged only by the settle or true-up" in refused(
+        sql, "UPDATE holds SET overage_flagged = true WHERE id = %s", (holds["open"],)
+    )
+    assert "flagged only by the settle or true-up" in refused(
+        sql, "UPDATE holds SET overage_flagged = true WHERE id = %s", (holds["settled"],)
+    )
