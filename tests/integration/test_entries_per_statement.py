@@ -1,4 +1,4 @@
-"""Entries of batched journal transactions (migrations 0015, 0016, 0018) cannot corrupt the books either.
+"""Entries of batched journal transactions (migrations 0015, 0016, 0017) cannot corrupt the books either.
 
 Their accounts are moved once per statement by `journal_entries_apply`, from the running
 positions the entries carry; whatever SQL is sent, a position that is not the account's
@@ -207,7 +207,7 @@ def test_a_batched_statement_never_overwrites_a_change_it_did_not_wait_for(
     assert balance_of(sql, funded) == "6/0"
 
 
-# Migration 0018: entries marked `batched` skip the row trigger; the statement trigger checks
+# Migration 0017: entries marked `batched` skip the row trigger; the statement trigger checks
 # each of them for what the row trigger checked. Direct SQL may mark entries too.
 MARKED = (
     "INSERT INTO journal_entries "

@@ -1,4 +1,4 @@
-"""Migrations 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -63,24 +63,7 @@ def test_0015_downgrades_to_0013_s_entry_trigger(scratch: str) -> None:
     migrate(url)
 
 
-def test_0017_downgrades_to_0016_s_plans_and_upgrades_again(scratch: str) -> None:
-    url = normalize_database_url(scratch)
-    migrate(url)
-    head = sources(scratch)
-    assert "plan_cache_mode=force_generic_plan" in head["ledger_hold_batch"][1]
-    assert (
-        "(SELECT ac FROM accounts ac WHERE ac.id = x.account_id) AS acct" in head["ledger_entries_apply"][0]
-    )
-    command.downgrade(alembic_config(url), "0016")
-    previous = sources(scratch)
-    assert "plan_cache_mode=force_generic_plan" not in previous["ledger_hold_batch"][1]
-    assert "CROSS JOIN LATERAL" in previous["ledger_hold_batch"][0]
-    assert "LEFT JOIN LATERAL" in previous["ledger_entries_apply"][0]
-    migrate(url)
-    assert sources(scratch) == head
-
-
-def test_0018_downgrades_to_0017_s_entries_and_upgrades_again(scratch: str) -> None:
+def test_0017_downgrades_to_0016_s_plans_and_entries_and_upgrades_again(scratch: str) -> None:
     url = normalize_database_url(scratch)
     migrate(url)
     head = sources(scratch)
@@ -89,19 +72,27 @@ def test_0018_downgrades_to_0017_s_entries_and_upgrades_again(scratch: str) -> N
         "WHERE table_name = 'journal_entries' AND column_name = 'batched'"
     )
     trigger = "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'journal_entries_post'"
+    assert "plan_cache_mode=force_generic_plan" in head["ledger_hold_batch"][1]
+    assert (
+        "(SELECT ac FROM accounts ac WHERE ac.id = x.account_id) AS acct" in head["ledger_entries_apply"][0]
+    )
     with psycopg.connect(scratch) as conn:
         assert conn.execute(column).fetchone() is not None
         assert "WHEN ((NOT new.batched))" in conn.execute(trigger).fetchone()[0]  # type: ignore[index]
-    command.downgrade(alembic_config(url), "0017")
+    command.downgrade(alembic_config(url), "0016")
+    previous = sources(scratch)
+    assert "plan_cache_mode=force_generic_plan" not in previous["ledger_hold_batch"][1]
+    assert "CROSS JOIN LATERAL" in previous["ledger_hold_batch"][0]
+    assert "LEFT JOIN LATERAL" in previous["ledger_entries_apply"][0]
+    assert "e.marked" not in previous["ledger_entries_apply"][0]
     with psycopg.connect(scratch) as conn:
         assert conn.execute(column).fetchone() is None
         assert "WHEN" not in conn.execute(trigger).fetchone()[0]  # type: ignore[index]
-    assert "e.marked" not in sources(scratch)["ledger_entries_apply"][0]
     migrate(url)
     assert sources(scratch) == head
 
 
-def test_0019_downgrades_to_0018_s_hold_guards_and_upgrades_again(scratch: str) -> None:
+def test_0018_downgrades_to_0017_s_hold_guards_and_upgrades_again(scratch: str) -> None:
     url = normalize_database_url(scratch)
     listing = (
         "SELECT string_agg(pg_get_triggerdef(oid), E'\\n' ORDER BY tgname) FROM pg_trigger "
@@ -111,7 +102,7 @@ def test_0019_downgrades_to_0018_s_hold_guards_and_upgrades_again(scratch: str) 
     with psycopg.connect(scratch) as conn:
         head = conn.execute(listing).fetchone()
     assert head is not None and "holds_guard_insert BEFORE INSERT" in head[0]
-    command.downgrade(alembic_config(url), "0018")
+    command.downgrade(alembic_config(url), "0017")
     with psycopg.connect(scratch) as conn:
         previous = conn.execute(listing).fetchone()
     assert previous is not None and "_insert" not in previous[0]

@@ -126,7 +126,7 @@ def test_money_fields_cannot_be_rewritten(holds: dict[str, Any], sql: psycopg.Co
 def test_a_new_hold_starts_open_unflagged_and_without_money_columns(
     holds: dict[str, Any], sql: psycopg.Connection[Any], columns: str, values: str, why: str
 ) -> None:
-    """Migration 0019 calls these guards on INSERT only when their condition holds: each
+    """Migration 0018 calls these guards on INSERT only when their condition holds: each
     refusal is still made (and before the deferred journal check)."""
     state = values if columns == "state" else "'open'"
     extra_columns, extra_values = ("", "") if columns == "state" else (f", {columns}", f", {values}")

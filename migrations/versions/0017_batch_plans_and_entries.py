@@ -1,4 +1,6 @@
-"""Group commit, planned once: the batch's statements keep one plan per connection.
+"""Group commit, leaner per batch: one plan per statement per connection, no row trigger per entry.
+
+## 1. The batch's statements keep one plan per connection
 
 Until now PostgreSQL planned most of `ledger_hold_batch`'s statements again on every
 call: their parameters are the batch's arrays, whose length a generic plan does not
@@ -28,6 +30,30 @@ database with empty tables (auto_explain) and refuses any scan of these tables t
 not bounded by an index condition. Outcomes, checks and their order are unchanged;
 the deferred triggers (which run at commit, outside the function) are unchanged.
 
+## 2. Batched entries are checked per statement, not by a row trigger each
+
+Every journal entry went through the row trigger `ledger_entry_post` (BEFORE INSERT):
+one PL/pgSQL call and one lookup of its transaction per entry, about four per reserve
+and settle cycle, even for the entries of `ledger_hold_batch`, whose accounts the
+statement trigger `ledger_entries_apply` moves anyway. Now:
+
+- `journal_entries.batched` (default false) marks an entry written by the batch
+  function; the row trigger runs only for entries that are not marked
+  (`WHEN (NOT NEW.batched)`, evaluated without calling PL/pgSQL).
+- `ledger_entries_apply`, which runs after every statement that inserts entries, checks
+  each marked entry for exactly what the row trigger checked of a batched transaction's
+  entry: the transaction exists, it is batched (an entry of any other transaction may
+  not be marked: nothing would move its account), it was created in this database
+  transaction, it is not sealed, the book is main or hold, and `created_at` is now()
+  (the row trigger set it; a marked entry keeps the column default and may not be
+  backdated). Then, as before, its account, its running position, the hold book.
+- The batch function marks the entries it writes. Entries written any other way are
+  unmarked and go through the row trigger as before.
+
+`tests/integration/test_entries_per_statement.py` shows, with direct SQL, that a marked
+entry is refused for each of these. The deferred checks at commit (balanced
+transactions, hold-journal ties) are unchanged.
+
 Revision ID: 0017
 Revises: 0016
 Create Date: 2026-12-03
@@ -43,6 +69,11 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
+ALTER TABLE journal_entries ADD COLUMN batched boolean NOT NULL DEFAULT false;
+DROP TRIGGER journal_entries_post ON journal_entries;
+CREATE TRIGGER journal_entries_post BEFORE INSERT ON journal_entries
+  FOR EACH ROW WHEN (NOT NEW.batched) EXECUTE FUNCTION ledger_entry_post();
+
 CREATE OR REPLACE FUNCTION ledger_hold_batch(ops jsonb)
   RETURNS TABLE (op_index integer, op_outcome text, op_detail jsonb, op_hold holds)
   LANGUAGE plpgsql
@@ -352,8 +383,9 @@ BEGIN
     SELECT u.*, true FROM unnest(t_id, t_kind, t_account, t_hold, t_actor) AS u;
     -- In entry order (ids ascend with the array), each with its account's running position:
     -- the statement trigger of 0016 checks them and moves each account once.
-    INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount, balance_after, held_after)
-    SELECT * FROM unnest(e_txn, e_account, e_currency, e_book, e_amount, e_balance, e_held);
+    -- Marked batched (0017): the row trigger leaves them to the statement trigger, which checks them.
+    INSERT INTO journal_entries (transaction_id, account_id, currency, book, amount, balance_after, held_after, batched)
+    SELECT u.*, true FROM unnest(e_txn, e_account, e_currency, e_book, e_amount, e_balance, e_held) AS u;
   END IF;
   IF array_length(s_id, 1) > 0 THEN
     RETURN QUERY
@@ -381,7 +413,6 @@ BEGIN
       SELECT up.idx, 'released'::text, NULL::jsonb, up.hold_row FROM up;
   END IF;
 END $$;
-
 CREATE OR REPLACE FUNCTION ledger_entries_apply() RETURNS trigger LANGUAGE plpgsql
   -- Runs for every statement that inserts entries (batched or not): its plans may only
   -- probe accounts by primary key, never scan or hash the table.
@@ -405,17 +436,49 @@ DECLARE
   u_balance numeric[] := '{}';
   u_held numeric[] := '{}';
   n_updated integer;
+  sealed text := coalesce(current_setting('ledger.sealed', true), '');
 BEGIN
   -- The statement's entries grouped by account, in entry order; each one's transaction and
   -- each account are primary-key lookups (no plan over the transition table may scan a table).
-  FOR e IN SELECT s.id, s.account_id, s.currency, s.book, s.amount, s.balance_after, s.held_after, s.batched,
+  FOR e IN SELECT s.id, s.account_id, s.currency, s.book, s.amount, s.balance_after, s.held_after,
+                  (s.txn).batched AS batched, s.marked, s.transaction_id, s.created_at,
+                  (s.txn).id AS t_id, (s.txn).xact_id AS t_xact,
                   (s.acct).kind AS a_kind, (s.acct).currency AS a_currency, (s.acct).balance AS a_balance,
                   (s.acct).held AS a_held
              FROM (SELECT x.id, x.account_id, x.currency, x.book, x.amount, x.balance_after, x.held_after,
-                          (SELECT t.batched FROM journal_transactions t WHERE t.id = x.transaction_id) AS batched,
+                          x.batched AS marked, x.transaction_id, x.created_at,
+                          (SELECT t FROM journal_transactions t WHERE t.id = x.transaction_id) AS txn,
                           (SELECT ac FROM accounts ac WHERE ac.id = x.account_id) AS acct
                      FROM added x OFFSET 0) s
-            ORDER BY s.account_id, s.batched, s.id LOOP  -- a mix shows at its first batched entry
+            ORDER BY s.account_id, (s.txn).batched, s.id LOOP  -- a mix shows at its first batched entry
+    IF e.marked THEN
+      -- Marked batched, so the row trigger (WHEN NOT batched) left it alone: what
+      -- ledger_entry_post checks of a batched transaction's entry is checked here (0017).
+      IF e.t_id IS NULL THEN
+        RAISE EXCEPTION 'ledger: journal transaction % does not exist', e.transaction_id
+          USING ERRCODE = 'foreign_key_violation';
+      END IF;
+      IF NOT e.batched THEN
+        RAISE EXCEPTION 'ledger: only an entry of a batched journal transaction may be marked batched (% is not)',
+          e.transaction_id USING ERRCODE = 'check_violation';
+      END IF;
+      IF e.t_xact <> pg_current_xact_id() THEN
+        RAISE EXCEPTION 'ledger: entries may only be added to a journal transaction created in the same database transaction'
+          USING ERRCODE = 'restrict_violation';
+      END IF;
+      IF strpos(sealed, ',' || e.transaction_id || ',') > 0 THEN
+        RAISE EXCEPTION 'ledger: journal transaction % was already checked as balanced; it takes no more entries',
+          e.transaction_id USING ERRCODE = 'restrict_violation';
+      END IF;
+      IF e.book NOT IN ('main', 'hold') THEN
+        RAISE EXCEPTION 'ledger: a batched transaction posts to main and hold books only'
+          USING ERRCODE = 'check_violation';
+      END IF;
+      IF e.created_at <> now() THEN
+        RAISE EXCEPTION 'ledger: an entry is dated by the database (now()), never by its writer'
+          USING ERRCODE = 'check_violation';
+      END IF;
+    END IF;
     IF e.account_id IS DISTINCT FROM current_account THEN
       IF current_batched AND account_kind = 'customer' THEN
         u_id := u_id || current_account;
@@ -479,11 +542,19 @@ BEGIN
 END $$;
 """
 
+DOWNGRADE = r"""
+DROP TRIGGER journal_entries_post ON journal_entries;
+CREATE TRIGGER journal_entries_post BEFORE INSERT ON journal_entries
+  FOR EACH ROW EXECUTE FUNCTION ledger_entry_post();
+"""
+
 
 def upgrade() -> None:
     op.execute(UPGRADE)
 
 
 def downgrade() -> None:
-    # 0016's definitions of both functions, read from 0016 itself
+    # 0016's functions first (they neither write nor read the column), then the column.
     op.execute(defined_by("0016_batch_plans.py", "ledger_entries_apply", "ledger_hold_batch"))
+    op.execute(DOWNGRADE)
+    op.execute("ALTER TABLE journal_entries DROP COLUMN batched")

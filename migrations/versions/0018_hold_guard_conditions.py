@@ -20,15 +20,15 @@ The functions are unchanged, and the triggers still fire in name order, so refus
 their order are what they were. The gateway's reserve saves three function calls and
 its settle one.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-03
 """
 
 from alembic import op
 
-revision = "0019"
-down_revision = "0018"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
