@@ -98,13 +98,31 @@ HOLDS_OLDEST_AGE = Gauge(
     registry=REGISTRY,
     multiprocess_mode="mostrecent",
 )
-AMOUNT_HELD = Gauge(
-    "ledger_amount_held",
-    "Total amount held by unresolved holds, by currency",
-    ["currency"],
-    registry=REGISTRY,
-    multiprocess_mode="mostrecent",
-)
+class AmountHeld:
+    """`ledger_amount_held{currency}`: money, so never a float. prometheus_client stores and
+    renders every sample as float64; this family is instead kept as Decimal and written
+    into the exposition text exactly (`render`), from the database read of this scrape."""
+
+    NAME = "ledger_amount_held"
+    HELP = "Total amount held by unresolved holds, by currency"
+
+    def __init__(self) -> None:
+        self._held: dict[str, Decimal] = {}
+
+    def set(self, currency: str, amount: Decimal) -> None:
+        self._held[currency] = amount
+
+    def get(self, currency: str) -> Decimal | None:
+        return self._held.get(currency)
+
+    def text(self) -> bytes:
+        lines = [f"# HELP {self.NAME} {self.HELP}", f"# TYPE {self.NAME} gauge"]
+        for currency, amount in sorted(self._held.items()):
+            lines.append(f'{self.NAME}{{currency="{currency}"}} {format(amount, "f")}')
+        return ("\n".join(lines) + "\n").encode()
+
+
+AMOUNT_HELD = AmountHeld()
 RECONCILE_LAG = Gauge(
     "ledger_reconciliation_lag_seconds",
     "How long the most overdue hold has been eligible for reconciliation",
@@ -236,7 +254,7 @@ def _constant(pid: int) -> Callable[[], int]:
 def render() -> bytes:
     folder = multiprocess_dir()
     if folder is None:
-        return generate_latest(REGISTRY)
+        return generate_latest(REGISTRY) + AMOUNT_HELD.text()
     from prometheus_client import multiprocess
 
     registry = CollectorRegistry()
@@ -244,7 +262,7 @@ def render() -> bytes:
     registry.register(JOB_RUNS)
     registry.register(WorkerProcessesCollector(folder))
     registry.register(PLATFORM_COLLECTOR)
-    return generate_latest(registry)
+    return generate_latest(registry) + AMOUNT_HELD.text()
 
 
 def mark_process_dead() -> None:

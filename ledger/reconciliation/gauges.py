@@ -64,7 +64,7 @@ async def read(engine: AsyncEngine, *, grace: int) -> HoldGauges:
 
 
 def _sample(value: Decimal) -> float:
-    """The one conversion to a Prometheus sample (float64): export only, never arithmetic."""
+    """Seconds as a Prometheus sample (float64): export only, never money (see AmountHeld)."""
     return float(value)
 
 
@@ -73,9 +73,9 @@ def publish(gauges: HoldGauges) -> None:
         HOLDS_OPEN.labels(state).set(gauges.counts.get(state, 0))
         HOLDS_OLDEST_AGE.labels(state).set(_sample(gauges.oldest_age_seconds.get(state, Decimal(0))))
     for currency in _seen_currencies - set(gauges.held):
-        AMOUNT_HELD.labels(currency).set(0)
+        AMOUNT_HELD.set(currency, Decimal(0))
     for currency, amount in gauges.held.items():
-        AMOUNT_HELD.labels(currency).set(_sample(amount))
+        AMOUNT_HELD.set(currency, amount)  # exact: money never becomes a float
         _seen_currencies.add(currency)
     RECONCILE_LAG.set(_sample(gauges.lag_seconds))
 

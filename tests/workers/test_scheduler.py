@@ -170,14 +170,15 @@ def test_the_reconcile_job_records_its_run_and_refreshes_the_gauges(
     gauges = runtime().call(sa_url, lambda engine: refresh(engine, grace=0))
     assert gauges.lag_seconds >= 1 and gauges.counts["open"] >= 1
     assert RECONCILE_LAG._value.get() >= 1
-    held_before = AMOUNT_HELD.labels(hold["currency"])._value.get()
+    held_before = AMOUNT_HELD.get(hold["currency"])
+    assert held_before is not None
 
     result = reconcile(JobContext(settings, sa_url))
 
     assert result["ok"] is True and result["summary"]["status"] == "succeeded"
     assert get_hold(client, hold["id"])["resolved_by"] == "reconciler"
     assert RECONCILE_LAG._value.get() == 0
-    assert AMOUNT_HELD.labels(hold["currency"])._value.get() == pytest.approx(held_before - 0.007)
+    assert AMOUNT_HELD.get(hold["currency"]) == held_before - Decimal("0.007")  # exact
     with psycopg.connect(database) as conn:
         row = conn.execute(
             "SELECT ok, summary->>'run_id' FROM job_runs WHERE job = 'reconcile' ORDER BY id DESC LIMIT 1"
