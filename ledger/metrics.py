@@ -98,6 +98,8 @@ HOLDS_OLDEST_AGE = Gauge(
     registry=REGISTRY,
     multiprocess_mode="mostrecent",
 )
+
+
 class AmountHeld:
     """`ledger_amount_held{currency}`: money, so never a float. prometheus_client stores and
     renders every sample as float64; this family is instead kept as Decimal and written
