@@ -51,6 +51,7 @@ import httpx
 import profile_summary
 from cpu_use import CpuWindow, child_pids, process_tree
 from pgbench_tpcb import (
+    PgbenchRun,
     activity_per,
     admin_sql,
     db_activity,
@@ -168,6 +169,28 @@ async def create_accounts(base: str, accounts: int, concurrency: int = 16) -> fl
     return time.monotonic() - started
 
 
+def batch_counts(base: str) -> tuple[int, int]:
+    """(batches, operations) so far: the service's `ledger_hold_batch_operations` histogram."""
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("ledger_hold_batch_operations_count"):
+            count = float(line.split()[-1])
+        elif line.startswith("ledger_hold_batch_operations_sum"):
+            total = float(line.split()[-1])
+    return int(count), int(total)
+
+
+def run_counted(*wrk_args: Any) -> LoadRun:
+    """`run_wrk(*wrk_args)`, with the batches the service (at `wrk_args[1]`) ran meanwhile."""
+    base = wrk_args[1]
+    batches, operations = batch_counts(base)
+    run = run_wrk(*wrk_args)
+    after = batch_counts(base)
+    run.batches, run.batched_operations = after[0] - batches, after[1] - operations
+    return run
+
+
 def find_pyspy() -> str:
     candidate = VENV_BIN / "py-spy"
     if not candidate.exists() and not shutil.which("py-spy"):
@@ -243,9 +266,24 @@ def _cpu_row(
 ) -> str:
     other = busy - client - server - postgres
     return (
-        f"{name:<20} {wall:>6.1f} {client:>7.2f} {server:>7.2f} {postgres:>8.2f} {other:>6.2f} "
+        f"{name:<26} {wall:>6.1f} {client:>7.2f} {server:>7.2f} {postgres:>8.2f} {other:>6.2f} "
         f"{busy:>7.2f} {busy_pct:>6.1f}"
     )
+
+
+def _per_cycle(name: str, r: LoadRun, g: PgbenchRun | None) -> str:
+    """CPU per cycle by process, the group-commit batches, and pgbench's CPU per transaction beside."""
+    per = (lambda seconds: 1000 * seconds / r.cycles) if r.cycles else (lambda seconds: float("nan"))
+    loop = 100 * r.server_main_s / r.wall_s if r.wall_s else float("nan")
+    line = f"{name}: {r.cycles} cycles; CPU per cycle: ledger server {per(r.server_s):.2f} ms"
+    line += f" (event loop thread busy {loop:.0f}% of wall), postgres {per(r.postgres_s):.2f} ms"
+    line += f", client (wrk) {per(r.client_cpu_s):.2f} ms"
+    if r.batches:
+        line += f"; {r.batches / r.wall_s:.0f} batches/s of {r.batched_operations / r.batches:.2f} operations"
+    if g and g.transactions:
+        line += f"; pgbench: postgres {1000 * g.postgres_s / g.transactions:.2f} ms CPU/txn"
+        line += f", latency avg {g.latency_avg_ms:.1f} ms"
+    return line
 
 
 def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
@@ -269,69 +307,72 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
         )
     paced = [r for r in runs if r.paced is not None]
     if paced:
-        lines += ["", "held to half the peak (each connection paced to half the cycles/s measured above):"]
+        lines += [
+            "",
+            "held to half the peak (each connection paced to half the cycles/s measured above; pgbench",
+            "held to half its tps with -R, its latency counted from each transaction's scheduled start):",
+            f"{'workload':<12} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
+            f"{'errors':>6} {'pgbench tps':>16} {'latency avg ms':>14}",
+        ]
         for r in paced:
             h = r.paced
             assert h is not None
+            g = r.pgbench.paced if r.pgbench else None
+            pg = f"{g.tps:.1f} (s={g.scale})" if g else "-"
             lines.append(
                 f"{r.workload:<12} {h.cycles_per_s:>9.1f} {_ms(h.reserve_p50_ms, h.reserve_p99_ms):>19} "
-                f"{_ms(h.settle_p50_ms, h.settle_p99_ms):>18} {h.error_count:>6}"
+                f"{_ms(h.settle_p50_ms, h.settle_p99_ms):>18} {h.error_count:>6} {pg:>16} "
+                f"{g.latency_avg_ms if g else float('nan'):>14.1f}"
             )
     lines += [
         "",
         f"CPU seconds used in each run (core-seconds; nproc {m['nproc']}, so at most {m['nproc']} x wall).",
         "postgres: every process of the shared server; other: the rest of the machine",
         "(other processes, and kernel networking time that no process is billed for)",
-        f"{'run':<20} {'wall s':>6} {'client':>7} {'ledger':>7} {'postgres':>8} {'other':>6} "
+        f"{'run':<26} {'wall s':>6} {'client':>7} {'ledger':>7} {'postgres':>8} {'other':>6} "
         f"{'machine':>7} {'busy %':>6}",
     ]
     for r in runs:
-        lines.append(
-            _cpu_row(
-                "ledger " + r.workload,
-                r.wall_s,
-                r.client_cpu_s,
-                r.server_s,
-                r.postgres_s,
-                r.machine_busy_s,
-                r.machine_busy_pct,
-            )
-        )
-        if r.pgbench:
-            g = r.pgbench
-            lines.append(
-                _cpu_row(
-                    f"pgbench -s {g.scale}",
-                    g.wall_s,
-                    g.client_cpu_s,
-                    g.server_s,
-                    g.postgres_s,
-                    g.machine_busy_s,
-                    g.machine_busy_pct,
+        for label, load in (("", r), (", half", r.paced)):
+            if load is not None:
+                lines.append(
+                    _cpu_row(
+                        f"ledger {r.workload}{label}",
+                        load.wall_s,
+                        load.client_cpu_s,
+                        load.server_s,
+                        load.postgres_s,
+                        load.machine_busy_s,
+                        load.machine_busy_pct,
+                    )
                 )
-            )
+        for label, g in (("", r.pgbench), (", half", r.pgbench.paced if r.pgbench else None)):
+            if g is not None:
+                lines.append(
+                    _cpu_row(
+                        f"pgbench -s {g.scale}{label}",
+                        g.wall_s,
+                        g.client_cpu_s,
+                        g.server_s,
+                        g.postgres_s,
+                        g.machine_busy_s,
+                        g.machine_busy_pct,
+                    )
+                )
     lines.append("")
     for r in runs:
-        per_cycle = 1000 * r.server_s / r.cycles if r.cycles else float("nan")
-        pg_cycle = 1000 * r.postgres_s / r.cycles if r.cycles else float("nan")
-        loop = 100 * r.server_main_s / r.wall_s if r.wall_s else float("nan")
-        line = f"{r.workload}: {r.cycles} cycles; CPU per cycle: ledger server {per_cycle:.2f} ms"
-        client_cycle = 1000 * r.client_cpu_s / r.cycles if r.cycles else float("nan")
-        line += f" (event loop thread busy {loop:.0f}% of wall), postgres {pg_cycle:.2f} ms"
-        line += f", client (wrk) {client_cycle:.2f} ms"
-        if r.pgbench and r.pgbench.transactions:
-            line += (
-                f"; pgbench: postgres {1000 * r.pgbench.postgres_s / r.pgbench.transactions:.2f} ms CPU/txn"
-            )
-            line += f", latency avg {r.pgbench.latency_avg_ms:.1f} ms"
-        lines.append(line)
+        lines.append(_per_cycle(r.workload, r, r.pgbench))
         if r.db_per_cycle:
             lines.append("  per cycle (pg_stat_database, approx.): " + _activity(r.db_per_cycle))
         if r.pgbench and r.pgbench.per_txn:
             lines.append("  per pgbench transaction:              " + _activity(r.pgbench.per_txn))
-        if r.errors:
-            lines.append(f"  errors: {dict(r.errors)}")
-            lines += [f"  {body}" for body in r.error_bodies]
+        for load in (r, r.paced):
+            if load is not None and load.errors:
+                lines.append(f"  errors{'' if load is r else ' (half the peak)'}: {dict(load.errors)}")
+                lines += [f"  {body}" for body in load.error_bodies]
+        if r.paced is not None:
+            half_pg = r.pgbench.paced if r.pgbench else None
+            lines.append(_per_cycle(f"{r.workload}, half the peak", r.paced, half_pg))
     lines.append(
         f"setup: {report['setup']['accounts']} accounts in {report['setup']['seconds']:.1f} s; "
         f"integrity after the runs: {report['integrity']}"
@@ -540,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu = CpuWindow(service.pid, postmaster)
             before = db_activity(args.server_url, db)
             load = (wrk, service.base, workload, args.accounts, args.clients, args.duration)
-            run = run_wrk(*load, tag, GATEWAY_TOKEN, cpu)
+            run = run_counted(*load, tag, GATEWAY_TOKEN, cpu)
             run.db_per_cycle = activity_per(before, db_activity(args.server_url, db), run.cycles)
             if recorder is not None:
                 recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -550,17 +591,19 @@ def main(argv: list[str] | None = None) -> int:
                     run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
             if not args.no_half_peak and run.cycles_per_s > 0:
                 pace = run.cycles_per_s / 2 / args.clients  # per connection
-                run.paced = run_wrk(*load, f"h{tag}", GATEWAY_TOKEN, None, pace)
+                half = CpuWindow(service.pid, postmaster)
+                run.paced = run_counted(*load, f"h{tag}", GATEWAY_TOKEN, half, pace)
             if pgbench:
-                run.pgbench = run_pgbench(
-                    pgbench,
-                    args.server_url,
-                    pg_db,
-                    PGBENCH_SCALE[workload],
-                    args.clients,
-                    args.duration,
-                    CpuWindow(service.pid, postmaster),
-                )
+                bench_args = (pgbench, args.server_url, pg_db, PGBENCH_SCALE[workload], args.clients)
+                run.pgbench = run_pgbench(*bench_args, args.duration, CpuWindow(service.pid, postmaster))
+                if not args.no_half_peak and run.pgbench.tps > 0:
+                    # The same tables held to half the tps just measured: its latency and CPU per
+                    # transaction at half its peak, beside the ledger's at half its own.
+                    half_pg = CpuWindow(service.pid, postmaster)
+                    rate = run.pgbench.tps / 2
+                    run.pgbench.paced = run_pgbench(
+                        *bench_args, args.duration, half_pg, rate=rate, init=False
+                    )
             runs.append(run)
         if args.soak > 0 and service.pid:
             soak = run_soak(wrk, service.base, service.pid, args, f"soak-{suffix}")

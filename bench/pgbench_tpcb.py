@@ -97,17 +97,30 @@ class PgbenchRun:
     machine_busy_s: float = 0.0
     machine_busy_pct: float = 0.0
     per_txn: dict[str, float] = field(default_factory=dict)  # pg_stat_database counters per transaction
+    rate: float = 0.0  # -R: transactions per second offered in all (0: as fast as it goes)
+    paced: PgbenchRun | None = None  # the same again held to half this run's tps
 
 
 def run_pgbench(
-    pgbench: str, url: str, db: str, scale: int, clients: int, duration: int, cpu: CpuWindow
+    pgbench: str,
+    url: str,
+    db: str,
+    scale: int,
+    clients: int,
+    duration: int,
+    cpu: CpuWindow,
+    rate: float = 0.0,
+    init: bool = True,
 ) -> PgbenchRun:
+    """TPC-B-like for `duration` s; `rate` > 0 holds all clients together to that many tps (-R);
+    `init` False reuses the tables of the previous run on `db` (same scale)."""
     conn, env = pgbench_args(url)
-    init = subprocess.run(
-        [pgbench, *conn, "-i", "-q", "-s", str(scale), db], capture_output=True, text=True, env=env
-    )
-    if init.returncode != 0:
-        raise RuntimeError(f"pgbench -i failed: {init.stderr.strip()}")
+    if init:
+        made = subprocess.run(
+            [pgbench, *conn, "-i", "-q", "-s", str(scale), db], capture_output=True, text=True, env=env
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"pgbench -i failed: {made.stderr.strip()}")
     argv = [
         pgbench,
         *conn,
@@ -120,6 +133,8 @@ def run_pgbench(
         "-M",
         "prepared",
     ]
+    if rate > 0:
+        argv += ["-R", f"{rate:.1f}"]
     before = db_activity(url, db)
     cpu.start()
     code, out, client_cpu, wall = run_measured([*argv, db], env=env)
@@ -144,4 +159,5 @@ def run_pgbench(
         machine_busy_s=cpu.machine_busy_s,
         machine_busy_pct=cpu.machine_busy_pct,
         per_txn=activity_per(before, after, int(processed.group(1)) if processed else 0),
+        rate=rate,
     )

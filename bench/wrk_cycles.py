@@ -73,6 +73,8 @@ class LoadRun:
     pgbench: PgbenchRun | None = None
     profile: dict[str, Any] | None = field(default=None)
     paced: LoadRun | None = None  # the same workload held to half this run's cycles/s
+    batches: int = 0  # group-commit batches the service ran in the window (its /metrics histogram)
+    batched_operations: int = 0  # the operations those batches carried
 
     @property
     def error_count(self) -> int:
