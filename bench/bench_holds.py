@@ -261,13 +261,12 @@ def _activity(counts: dict[str, float]) -> str:
     return ", ".join(f"{names.get(k, k)} {v:g}" for k, v in counts.items())
 
 
-def _cpu_row(
-    name: str, wall: float, client: float, server: float, postgres: float, busy: float, busy_pct: float
-) -> str:
-    other = busy - client - server - postgres
+def _cpu_row(name: str, r: LoadRun | PgbenchRun) -> str:
+    """One row of the CPU table: a wrk or pgbench run's window, by process."""
+    other = r.machine_busy_s - r.client_cpu_s - r.server_s - r.postgres_s
     return (
-        f"{name:<26} {wall:>6.1f} {client:>7.2f} {server:>7.2f} {postgres:>8.2f} {other:>6.2f} "
-        f"{busy:>7.2f} {busy_pct:>6.1f}"
+        f"{name:<26} {r.wall_s:>6.1f} {r.client_cpu_s:>7.2f} {r.server_s:>7.2f} {r.postgres_s:>8.2f} "
+        f"{other:>6.2f} {r.machine_busy_s:>7.2f} {r.machine_busy_pct:>6.1f}"
     )
 
 
@@ -335,30 +334,10 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
     for r in runs:
         for label, load in (("", r), (", half", r.paced)):
             if load is not None:
-                lines.append(
-                    _cpu_row(
-                        f"ledger {r.workload}{label}",
-                        load.wall_s,
-                        load.client_cpu_s,
-                        load.server_s,
-                        load.postgres_s,
-                        load.machine_busy_s,
-                        load.machine_busy_pct,
-                    )
-                )
+                lines.append(_cpu_row(f"ledger {r.workload}{label}", load))
         for label, g in (("", r.pgbench), (", half", r.pgbench.paced if r.pgbench else None)):
             if g is not None:
-                lines.append(
-                    _cpu_row(
-                        f"pgbench -s {g.scale}{label}",
-                        g.wall_s,
-                        g.client_cpu_s,
-                        g.server_s,
-                        g.postgres_s,
-                        g.machine_busy_s,
-                        g.machine_busy_pct,
-                    )
-                )
+                lines.append(_cpu_row(f"pgbench -s {g.scale}{label}", g))
     lines.append("")
     for r in runs:
         lines.append(_per_cycle(r.workload, r, r.pgbench))
