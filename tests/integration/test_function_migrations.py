@@ -1,4 +1,4 @@
-"""Migrations 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -110,3 +110,32 @@ def test_0018_downgrades_to_0017_s_hold_guards_and_upgrades_again(scratch: str) 
     migrate(url)
     with psycopg.connect(scratch) as conn:
         assert conn.execute(listing).fetchone() == head
+
+
+def test_0019_downgrades_to_the_checks_settings_before_it_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    listing = (
+        "SELECT proname, coalesce(proconfig, '{}') FROM pg_proc WHERE proname IN ("
+        "'ledger_hold_journal_check', 'ledger_check_transaction_balanced', 'ledger_alert_crossing', "
+        "'ledger_entry_post', 'ledger_hold_price_version') ORDER BY proname"
+    )
+
+    def settings() -> dict[str, list[str]]:
+        with psycopg.connect(scratch) as conn:
+            return {name: list(config) for name, config in conn.execute(listing).fetchall()}
+
+    migrate(url)
+    head = settings()
+    assert len(head) == 5 and all("enable_seqscan=off" in config for config in head.values()), head
+    assert "enable_hashjoin=off" in head["ledger_hold_journal_check"]
+    assert "search_path=public, pg_temp" in head["ledger_alert_crossing"]
+    command.downgrade(alembic_config(url), "0018")
+    assert settings() == {
+        "ledger_alert_crossing": ["search_path=public, pg_temp"],  # its own, from 0014
+        "ledger_check_transaction_balanced": [],
+        "ledger_entry_post": [],
+        "ledger_hold_journal_check": [],
+        "ledger_hold_price_version": [],
+    }
+    migrate(url)
+    assert settings() == head
