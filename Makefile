@@ -44,7 +44,7 @@ bench-pricing: $(STAMP)
 	$(BIN)/python bench/bench_pricing.py
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench_holds.py --soak 300
+	$(BIN)/python bench/bench_holds.py --rounds 3 --soak 300
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -20,6 +20,8 @@ One invocation:
    cycles/s / tps, and CPU seconds used during each run by the load client, the ledger server
    process and PostgreSQL (all of its processes, including other users of the shared server),
    with the machine's busy share; appends the same as JSON to ``bench/results/``;
+   with ``--rounds N`` (``make bench``: 3), steps 2-3 and the half-peak runs N times, the workloads
+   taking turns, and the medians per workload;
 5. stops the service and drops both databases, also on Ctrl-C or an error.
 
 A cycle is one 201 reserve followed by one 200 settle on a connection; anything else is an error
@@ -265,7 +267,7 @@ def _cpu_row(name: str, r: LoadRun | PgbenchRun) -> str:
     """One row of the CPU table: a wrk or pgbench run's window, by process."""
     other = r.machine_busy_s - r.client_cpu_s - r.server_s - r.postgres_s
     return (
-        f"{name:<26} {r.wall_s:>6.1f} {r.client_cpu_s:>7.2f} {r.server_s:>7.2f} {r.postgres_s:>8.2f} "
+        f"{name:<30} {r.wall_s:>6.1f} {r.client_cpu_s:>7.2f} {r.server_s:>7.2f} {r.postgres_s:>8.2f} "
         f"{other:>6.2f} {r.machine_busy_s:>7.2f} {r.machine_busy_pct:>6.1f}"
     )
 
@@ -285,22 +287,62 @@ def _per_cycle(name: str, r: LoadRun, g: PgbenchRun | None) -> str:
     return line
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(v for v in values if v == v)  # NaN (no pgbench, no samples) left out
+    if not ordered:
+        return float("nan")
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def medians(runs: list[LoadRun]) -> dict[str, dict[str, float]]:
+    """Per workload, the median over its rounds of each headline figure (and how many rounds)."""
+    out: dict[str, dict[str, float]] = {}
+    for workload in dict.fromkeys(r.workload for r in runs):
+        mine = [r for r in runs if r.workload == workload]
+        half = [r.paced for r in mine if r.paced is not None]
+        figures: dict[str, list[float]] = {
+            "cycles_per_s": [r.cycles_per_s for r in mine],
+            "reserve_p50_ms": [r.reserve_p50_ms for r in mine],
+            "reserve_p99_ms": [r.reserve_p99_ms for r in mine],
+            "settle_p50_ms": [r.settle_p50_ms for r in mine],
+            "settle_p99_ms": [r.settle_p99_ms for r in mine],
+            "pgbench_tps": [r.pgbench.tps if r.pgbench else float("nan") for r in mine],
+            "ratio": [r.ratio for r in mine],
+            "half_cycles_per_s": [h.cycles_per_s for h in half],
+            "half_reserve_p50_ms": [h.reserve_p50_ms for h in half],
+            "half_reserve_p99_ms": [h.reserve_p99_ms for h in half],
+            "half_settle_p50_ms": [h.settle_p50_ms for h in half],
+            "half_settle_p99_ms": [h.settle_p99_ms for h in half],
+        }
+        out[workload] = {name: _median(values) for name, values in figures.items()}
+        out[workload]["rounds"] = len(mine)
+        out[workload]["errors"] = sum(r.error_count + (r.paced.error_count if r.paced else 0) for r in mine)
+    return out
+
+
+def _label(r: LoadRun, rounds: int) -> str:
+    return f"{r.workload} #{r.round}" if rounds > 1 else r.workload
+
+
 def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
     m, p = report["machine"], report["params"]
+    rounds = p["rounds"]
     lines = [
         f"hold cycles (reserve {p['model']} max_output_tokens={p['max_output_tokens']} -> settle "
         f"{p['usage']}), {p['clients']} connections, {p['duration']} s each after {p['warmup']} s warm-up;",
         f"pgbench TPC-B-like, -c {p['clients']} -j {min(2, p['clients'])} -T {p['duration']} -M prepared, "
         "scale 10 beside spread, scale 1 (one branch row) beside one account;",
-        f"service: {report['service']['processes']} process(es), code at {report['service']['code']}",
+        f"service: {report['service']['processes']} process(es), code at {report['service']['code']}"
+        + (f"; {rounds} rounds, the workloads interleaved (#n: the round)" if rounds > 1 else ""),
         "",
-        f"{'workload':<12} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
+        f"{'workload':<15} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
         f"{'errors':>6} {'pgbench tps':>16} {'ratio':>6} {'client CPU %':>12}",
     ]
     for r in runs:
         pg = f"{r.pgbench.tps:.1f} (s={r.pgbench.scale})" if r.pgbench else "-"
         lines.append(
-            f"{r.workload:<12} {r.cycles_per_s:>9.1f} {_ms(r.reserve_p50_ms, r.reserve_p99_ms):>19} "
+            f"{_label(r, rounds):<15} {r.cycles_per_s:>9.1f} {_ms(r.reserve_p50_ms, r.reserve_p99_ms):>19} "
             f"{_ms(r.settle_p50_ms, r.settle_p99_ms):>18} {r.error_count:>6} {pg:>16} {r.ratio:>6.2f} "
             f"{100 * r.client_cpu_s / r.wall_s:>12.1f}"
         )
@@ -310,7 +352,7 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
             "",
             "held to half the peak (each connection paced to half the cycles/s measured above; pgbench",
             "held to half its tps with -R, its latency counted from each transaction's scheduled start):",
-            f"{'workload':<12} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
+            f"{'workload':<15} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'settle p50/p99 ms':>18} "
             f"{'errors':>6} {'pgbench tps':>16} {'latency avg ms':>14}",
         ]
         for r in paced:
@@ -319,28 +361,43 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
             g = r.pgbench.paced if r.pgbench else None
             pg = f"{g.tps:.1f} (s={g.scale})" if g else "-"
             lines.append(
-                f"{r.workload:<12} {h.cycles_per_s:>9.1f} {_ms(h.reserve_p50_ms, h.reserve_p99_ms):>19} "
-                f"{_ms(h.settle_p50_ms, h.settle_p99_ms):>18} {h.error_count:>6} {pg:>16} "
-                f"{g.latency_avg_ms if g else float('nan'):>14.1f}"
+                f"{_label(r, rounds):<15} {h.cycles_per_s:>9.1f} "
+                f"{_ms(h.reserve_p50_ms, h.reserve_p99_ms):>19} {_ms(h.settle_p50_ms, h.settle_p99_ms):>18} "
+                f"{h.error_count:>6} {pg:>16} {g.latency_avg_ms if g else float('nan'):>14.1f}"
+            )
+    if rounds > 1:
+        lines += [
+            "",
+            f"medians over the {rounds} rounds (each figure's own median; errors: the sum of all runs):",
+            f"{'workload':<15} {'cycles/s':>9} {'reserve p50/p99 ms':>19} {'ratio':>6} "
+            f"{'half: cycles/s':>14} {'reserve p50/p99 ms':>19} {'errors':>6}",
+        ]
+        for workload, med in report["medians"].items():
+            lines.append(
+                f"{workload:<15} {med['cycles_per_s']:>9.1f} "
+                f"{_ms(med['reserve_p50_ms'], med['reserve_p99_ms']):>19} {med['ratio']:>6.2f} "
+                f"{med['half_cycles_per_s']:>14.1f} "
+                f"{_ms(med['half_reserve_p50_ms'], med['half_reserve_p99_ms']):>19} {int(med['errors']):>6}"
             )
     lines += [
         "",
         f"CPU seconds used in each run (core-seconds; nproc {m['nproc']}, so at most {m['nproc']} x wall).",
         "postgres: every process of the shared server; other: the rest of the machine",
         "(other processes, and kernel networking time that no process is billed for)",
-        f"{'run':<26} {'wall s':>6} {'client':>7} {'ledger':>7} {'postgres':>8} {'other':>6} "
+        f"{'run':<30} {'wall s':>6} {'client':>7} {'ledger':>7} {'postgres':>8} {'other':>6} "
         f"{'machine':>7} {'busy %':>6}",
     ]
     for r in runs:
         for label, load in (("", r), (", half", r.paced)):
             if load is not None:
-                lines.append(_cpu_row(f"ledger {r.workload}{label}", load))
+                lines.append(_cpu_row(f"ledger {_label(r, rounds)}{label}", load))
         for label, g in (("", r.pgbench), (", half", r.pgbench.paced if r.pgbench else None)):
             if g is not None:
-                lines.append(_cpu_row(f"pgbench -s {g.scale}{label}", g))
+                which = f" #{r.round}" if rounds > 1 else ""
+                lines.append(_cpu_row(f"pgbench -s {g.scale}{which}{label}", g))
     lines.append("")
     for r in runs:
-        lines.append(_per_cycle(r.workload, r, r.pgbench))
+        lines.append(_per_cycle(_label(r, rounds), r, r.pgbench))
         if r.db_per_cycle:
             lines.append("  per cycle (pg_stat_database, approx.): " + _activity(r.db_per_cycle))
         if r.pgbench and r.pgbench.per_txn:
@@ -351,7 +408,7 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
                 lines += [f"  {body}" for body in load.error_bodies]
         if r.paced is not None:
             half_pg = r.pgbench.paced if r.pgbench else None
-            lines.append(_per_cycle(f"{r.workload}, half the peak", r.paced, half_pg))
+            lines.append(_per_cycle(f"{_label(r, rounds)}, half the peak", r.paced, half_pg))
     lines.append(
         f"setup: {report['setup']['accounts']} accounts in {report['setup']['seconds']:.1f} s; "
         f"integrity after the runs: {report['integrity']}"
@@ -473,6 +530,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-pgbench", action="store_true", help="skip pgbench (no ratio)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each workload this many times, interleaved, and report the medians (make bench: 3)",
+    )
+    parser.add_argument(
         "--no-half-peak",
         action="store_true",
         help="skip the run of each workload held to half its measured cycles/s (latency at half the peak)",
@@ -497,12 +560,79 @@ def _no_nan(value: Any) -> Any:
     return value
 
 
+@dataclass
+class Rig:
+    """What every measured run of one invocation uses."""
+
+    args: argparse.Namespace
+    wrk: str
+    pgbench: str | None
+    service: Service
+    postmaster: int | None
+    db: str  # the ledger's scratch database
+    pg_db: str  # pgbench's
+    suffix: str  # makes the idempotency keys of this invocation unique
+    stamp: str
+    attach: bool  # py-spy can attach to the running service (--profile)
+
+
+def measure_workload(rig: Rig, workload: str, round_no: int) -> LoadRun:
+    """One round of one workload: the full run, the run held to half its peak, pgbench beside both.
+    The warm-up and the py-spy recording (--profile) are the first round's only."""
+    args, wrk, pgbench, service, postmaster = rig.args, rig.wrk, rig.pgbench, rig.service, rig.postmaster
+    db, pg_db, suffix, stamp = rig.db, rig.pg_db, rig.suffix, rig.stamp
+    tag = f"{workload.split()[0]}{round_no}-{suffix}"
+    if args.warmup > 0 and round_no == 1:
+        warm = (wrk, service.base, workload, args.accounts, args.clients, args.warmup, f"w{tag}")
+        run_wrk(*warm, GATEWAY_TOKEN, None)
+    recorder: subprocess.Popen[bytes] | None = None
+    profile_path = RESULTS / f"holds-{stamp}-profile-{workload.replace(' ', '-')}.txt"
+    if rig.attach and service.pid and round_no == 1:
+        recorder = subprocess.Popen(
+            [*pyspy_record_args(profile_path), "--pid", str(service.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)
+    try:
+        cpu = CpuWindow(service.pid, postmaster)
+        before = db_activity(args.server_url, db)
+        load = (wrk, service.base, workload, args.accounts, args.clients, args.duration)
+        run = run_counted(*load, tag, GATEWAY_TOKEN, cpu)
+        run.round = round_no
+        run.db_per_cycle = activity_per(before, db_activity(args.server_url, db), run.cycles)
+    finally:
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                recorder.wait(timeout=60)
+    if recorder is not None and profile_path.exists():
+        run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
+    if not args.no_half_peak and run.cycles_per_s > 0:
+        pace = run.cycles_per_s / 2 / args.clients  # per connection
+        half = CpuWindow(service.pid, postmaster)
+        run.paced = run_counted(*load, f"h{tag}", GATEWAY_TOKEN, half, pace)
+        run.paced.round = round_no
+    if pgbench:
+        bench_args = (pgbench, args.server_url, pg_db, PGBENCH_SCALE[workload], args.clients)
+        run.pgbench = run_pgbench(*bench_args, args.duration, CpuWindow(service.pid, postmaster))
+        if not args.no_half_peak and run.pgbench.tps > 0:
+            # The same tables held to half the tps just measured: its latency and CPU per
+            # transaction at half its peak, beside the ledger's at half its own.
+            half_pg = CpuWindow(service.pid, postmaster)
+            rate = run.pgbench.tps / 2
+            run.pgbench.paced = run_pgbench(*bench_args, args.duration, half_pg, rate=rate, init=False)
+    return run
+
+
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: the finally below stops and drops
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell started us ignoring it
     wrk = find_wrk()
@@ -522,7 +652,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     created: list[str] = []
     runs: list[LoadRun] = []
-    recorder: subprocess.Popen[bytes] | None = None
     integrity: Any = "not checked"
     soak: dict[str, Any] | None = None
     setup_s = float("nan")
@@ -544,46 +673,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"setup: {args.accounts} + 1 accounts funded in {setup_s:.1f} s; measuring ...",
                 file=sys.stderr,
             )
-        for workload in ("spread", "one account"):
-            tag = f"{workload.split()[0]}-{suffix}"
-            if args.warmup > 0:
-                warm = (wrk, service.base, workload, args.accounts, args.clients, args.warmup, f"w{tag}")
-                run_wrk(*warm, GATEWAY_TOKEN, None)
-            profile_path = RESULTS / f"holds-{stamp}-profile-{workload.replace(' ', '-')}.txt"
-            if attach and service.pid:
-                recorder = subprocess.Popen(
-                    [*pyspy_record_args(profile_path), "--pid", str(service.pid)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                time.sleep(1.0)
-            cpu = CpuWindow(service.pid, postmaster)
-            before = db_activity(args.server_url, db)
-            load = (wrk, service.base, workload, args.accounts, args.clients, args.duration)
-            run = run_counted(*load, tag, GATEWAY_TOKEN, cpu)
-            run.db_per_cycle = activity_per(before, db_activity(args.server_url, db), run.cycles)
-            if recorder is not None:
-                recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-                recorder.wait(timeout=60)
-                recorder = None
-                if profile_path.exists():
-                    run.profile = summarize_profile(profile_path, f"ledger server, {workload}, {stamp}")
-            if not args.no_half_peak and run.cycles_per_s > 0:
-                pace = run.cycles_per_s / 2 / args.clients  # per connection
-                half = CpuWindow(service.pid, postmaster)
-                run.paced = run_counted(*load, f"h{tag}", GATEWAY_TOKEN, half, pace)
-            if pgbench:
-                bench_args = (pgbench, args.server_url, pg_db, PGBENCH_SCALE[workload], args.clients)
-                run.pgbench = run_pgbench(*bench_args, args.duration, CpuWindow(service.pid, postmaster))
-                if not args.no_half_peak and run.pgbench.tps > 0:
-                    # The same tables held to half the tps just measured: its latency and CPU per
-                    # transaction at half its peak, beside the ledger's at half its own.
-                    half_pg = CpuWindow(service.pid, postmaster)
-                    rate = run.pgbench.tps / 2
-                    run.pgbench.paced = run_pgbench(
-                        *bench_args, args.duration, half_pg, rate=rate, init=False
-                    )
-            runs.append(run)
+        # Rounds interleave the workloads (spread, one account, spread, ...), so each workload's
+        # runs are spread over the whole invocation and its medians over the machine's phases.
+        rig = Rig(args, wrk, pgbench, service, postmaster, db, pg_db, suffix, stamp, attach)
+        for round_no in range(1, args.rounds + 1):
+            for workload in ("spread", "one account"):
+                runs.append(measure_workload(rig, workload, round_no))
         if args.soak > 0 and service.pid:
             soak = run_soak(wrk, service.base, service.pid, args, f"soak-{suffix}")
         with contextlib.suppress(httpx.HTTPError):
@@ -594,10 +689,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             integrity = check.json().get("ok") if check.status_code == 200 else f"HTTP {check.status_code}"
     finally:
-        if recorder is not None and recorder.poll() is None:
-            recorder.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                recorder.wait(timeout=30)
         service.stop()
         for name in created:
             try:
@@ -625,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
             "pgbench_scale": PGBENCH_SCALE,
             "profile": args.profile,
             "workers": args.workers,
+            "rounds": args.rounds,
         },
         "setup": {"accounts": args.accounts + 1, "seconds": round(setup_s, 2)},
         "integrity": integrity,
@@ -634,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
             "code": code_version(),
             "lanes": os.environ.get("LEDGER_BATCH_LANES"),
         },
+        "medians": medians(runs),
         "workloads": [
             asdict(r)
             | {

@@ -75,6 +75,7 @@ class LoadRun:
     paced: LoadRun | None = None  # the same workload held to half this run's cycles/s
     batches: int = 0  # group-commit batches the service ran in the window (its /metrics histogram)
     batched_operations: int = 0  # the operations those batches carried
+    round: int = 1  # which of the invocation's --rounds this run belongs to
 
     @property
     def error_count(self) -> int:
