@@ -40,6 +40,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -288,11 +289,8 @@ def _per_cycle(name: str, r: LoadRun, g: PgbenchRun | None) -> str:
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(v for v in values if v == v)  # NaN (no pgbench, no samples) left out
-    if not ordered:
-        return float("nan")
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    known = [v for v in values if v == v]  # NaN (no pgbench, no samples) left out
+    return statistics.median(known) if known else float("nan")
 
 
 def medians(runs: list[LoadRun]) -> dict[str, dict[str, float]]:
@@ -321,8 +319,13 @@ def medians(runs: list[LoadRun]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _which(r: LoadRun, rounds: int) -> str:
+    """The run's round, as the report names it (nothing when there is one round)."""
+    return f" #{r.round}" if rounds > 1 else ""
+
+
 def _label(r: LoadRun, rounds: int) -> str:
-    return f"{r.workload} #{r.round}" if rounds > 1 else r.workload
+    return r.workload + _which(r, rounds)
 
 
 def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
@@ -393,8 +396,7 @@ def render(report: dict[str, Any], runs: list[LoadRun]) -> str:
                 lines.append(_cpu_row(f"ledger {_label(r, rounds)}{label}", load))
         for label, g in (("", r.pgbench), (", half", r.pgbench.paced if r.pgbench else None)):
             if g is not None:
-                which = f" #{r.round}" if rounds > 1 else ""
-                lines.append(_cpu_row(f"pgbench -s {g.scale}{which}{label}", g))
+                lines.append(_cpu_row(f"pgbench -s {g.scale}{_which(r, rounds)}{label}", g))
     lines.append("")
     for r in runs:
         lines.append(_per_cycle(_label(r, rounds), r, r.pgbench))
