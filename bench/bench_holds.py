@@ -727,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
             "processes": processes,
             "code": code_version(),
             "lanes": os.environ.get("LEDGER_BATCH_LANES"),
+            "depth": os.environ.get("LEDGER_BATCH_DEPTH"),
         },
         "medians": medians(runs),
         "workloads": [

@@ -169,7 +169,9 @@ class HoldService:
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
         # Group commit of the gateway's reserves, settles and releases (ledger.holds.batch).
         self.batcher = HoldBatcher(
-            libpq_url(engine.url.render_as_string(hide_password=False)), lanes=settings.batch_lanes
+            libpq_url(engine.url.render_as_string(hide_password=False)),
+            lanes=settings.batch_lanes,
+            depth=settings.batch_depth,
         )
 
     async def close(self) -> None:

@@ -182,3 +182,78 @@ def test_a_forged_settle_through_the_function_is_refused_by_the_triggers(
     assert mismatch.op_outcome == "fallback"
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
     assert_integrity(client)
+
+
+async def lock_waiters(database: str, count: int) -> None:
+    """Until `count` batches wait for a row lock (each on its own connection)."""
+    async with await psycopg.AsyncConnection.connect(database, autocommit=True) as probe:
+        for _ in range(1000):
+            cursor = await probe.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND query LIKE '%%ledger_hold_batch(%%'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} batch(es) never waited for the lock")
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_second_batch_runs_while_the_first_waits_for_its_account_only_with_depth_two(
+    client: TestClient[Any],
+    world: dict[str, Any],
+    make_account: Any,
+    database: str,
+    sql: psycopg.Connection[Any],
+    depth: int,
+) -> None:
+    other = {**world, "account": make_account("3", currency=world["currency"])}
+
+    async def run() -> tuple[Any, Any, bool]:
+        batcher = HoldBatcher(database, lanes=1, depth=depth)
+        try:
+            first = asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"]))
+            await lock_waiters(database, 1)  # the first batch waits for the account that sql holds
+            second = asyncio.ensure_future(batcher.submit(reserve_op(other, "1"), other["account"]))
+            done, _ = await asyncio.wait({second}, timeout=2 if depth == 1 else 60)
+            answered_while_first_waited = second in done and not first.done()
+            sql.rollback()  # the first batch's account is free again
+            return await first, await second, answered_while_first_waited
+        finally:
+            await batcher.close()
+
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
+    first, second, overlapped = asyncio.run(run())
+    assert (first.op_outcome, second.op_outcome) == ("created", "created")
+    # depth 1: one batch in flight, so the second waits for the first; depth 2: it went
+    # to the database on the lane's second connection and committed meanwhile.
+    assert overlapped is (depth == 2)
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))
+    assert account_row(sql, other["account"]) == (Decimal(3), Decimal(1))
+    assert_integrity(client)
+
+
+def test_two_batches_in_flight_on_one_account_never_overspend(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    async def run() -> list[Any]:
+        batcher = HoldBatcher(database, lanes=1, depth=2)
+        try:
+            first = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
+            await lock_waiters(database, 1)
+            # As many operations as the batch in flight: a second batch, on the second
+            # connection, waits for the same account's lock behind the first.
+            second = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
+            await lock_waiters(database, 2)
+            sql.rollback()
+            return [await first, await second]
+        finally:
+            await batcher.close()
+
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
+    first, second = asyncio.run(run())
+    # Each batch decides under the account's lock, as the other left it: 3 covers one hold of 2.
+    assert sorted([first.op_outcome, second.op_outcome]) == ["created", "insufficient"]
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
+    assert_integrity(client)
