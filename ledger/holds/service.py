@@ -172,6 +172,7 @@ class HoldService:
             libpq_url(engine.url.render_as_string(hide_password=False)),
             lanes=settings.batch_lanes,
             depth=settings.batch_depth,
+            pipeline=settings.batch_pipeline,
         )
 
     async def close(self) -> None:

@@ -3,12 +3,17 @@
 Several operations submitted together travel in one `ledger_hold_batch` call: each gets
 its own exact outcome, holds on one account are checked against available funds in
 arrival order, one operation the database refuses never fails its neighbours, and
-calling the function directly cannot write what the triggers refuse.
+calling the function directly cannot write what the triggers refuse. The tests that
+submit one batch run on both kinds of lane: the plain one (`pipeline=1`) and the
+pipelined one (the default, `LEDGER_BATCH_PIPELINE=2`); the last tests are the
+pipelined lane's own (two batches in flight on one connection, a refused batch among
+them, a retried deadlock, a connection lost under a batch).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +21,8 @@ import psycopg
 import pytest
 from litestar.testing import TestClient
 
-from ledger.holds.batch import HoldBatcher
+from ledger.errors import DatabaseUnavailable
+from ledger.holds.batch import HoldBatcher, PipelineLane
 from ledger.ids import uuid7
 from ledger.metrics import HOLD_BATCH_SIZE
 from tests.conftest import assert_integrity, fresh_currency, new_id, publish, simple_document
@@ -67,11 +73,17 @@ def settle_op(world: dict[str, Any], hold: Any, charged: str, **changes: Any) ->
     return {**op, **changes}
 
 
-def together(database: str, *ops: dict[str, Any], account: str) -> list[Any]:
+@pytest.fixture(params=[1, 2], ids=["lane", "pipelined"])
+def pipeline(request: pytest.FixtureRequest) -> int:
+    """LEDGER_BATCH_PIPELINE: 1 is the plain lane, 2 (the default) the pipelined one."""
+    return int(request.param)
+
+
+def together(database: str, *ops: dict[str, Any], account: str, pipeline: int = 2) -> list[Any]:
     """Submit every op at once (one batch, in this order); each one's row or exception."""
 
     async def run() -> list[Any]:
-        batcher = HoldBatcher(database, lanes=1)
+        batcher = HoldBatcher(database, lanes=1, pipeline=pipeline)
         try:
             return await asyncio.gather(*(batcher.submit(op, account) for op in ops), return_exceptions=True)
         finally:
@@ -92,10 +104,12 @@ def batches_observed() -> float:
 
 
 def test_reserves_on_one_account_are_checked_in_arrival_order_in_one_batch(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
     before = batches_observed()
-    rows = together(database, *(reserve_op(world, "1") for _ in range(5)), account=world["account"])
+    rows = together(
+        database, *(reserve_op(world, "1") for _ in range(5)), account=world["account"], pipeline=pipeline
+    )
     assert batches_observed() == before + 1  # five requests, one round trip, one transaction
     assert [r.op_outcome for r in rows] == ["created"] * 3 + ["insufficient"] * 2
     assert rows[3].op_detail == {
@@ -108,12 +122,19 @@ def test_reserves_on_one_account_are_checked_in_arrival_order_in_one_batch(
 
 
 def test_an_operation_the_database_refuses_does_not_fail_its_neighbours(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
     # A pinned version that does not exist: the hold trigger refuses the insert, which
     # aborts the whole batch; the batcher then runs each operation alone.
     bad = reserve_op(world, "1", pinned=True, price_version="no-such-version")
-    rows = together(database, reserve_op(world, "1"), bad, reserve_op(world, "1"), account=world["account"])
+    rows = together(
+        database,
+        reserve_op(world, "1"),
+        bad,
+        reserve_op(world, "1"),
+        account=world["account"],
+        pipeline=pipeline,
+    )
     assert rows[0].op_outcome == rows[2].op_outcome == "created"
     assert isinstance(rows[1], psycopg.errors.ForeignKeyViolation)
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
@@ -121,11 +142,15 @@ def test_an_operation_the_database_refuses_does_not_fail_its_neighbours(
 
 
 def test_one_key_twice_in_a_batch_makes_one_hold(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
     key = new_id("dup")
     first, second = together(
-        database, reserve_op(world, "1", key=key), reserve_op(world, "1", key=key), account=world["account"]
+        database,
+        reserve_op(world, "1", key=key),
+        reserve_op(world, "1", key=key),
+        account=world["account"],
+        pipeline=pipeline,
     )
     assert (first.op_outcome, second.op_outcome) == ("created", "exists")
     assert first.id == second.id
@@ -133,11 +158,13 @@ def test_one_key_twice_in_a_batch_makes_one_hold(
 
 
 def test_settle_and_release_of_one_hold_in_one_batch_have_one_winner(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
-    (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
+    (hold,) = together(database, reserve_op(world, "2"), account=world["account"], pipeline=pipeline)
     release = {"op": "release", "id": hold.id, "actor": "gateway:test"}
-    settled, released = together(database, settle_op(world, hold, "0.5"), release, account=world["account"])
+    settled, released = together(
+        database, settle_op(world, hold, "0.5"), release, account=world["account"], pipeline=pipeline
+    )
     assert settled.op_outcome == "settled"
     assert settled.charged == Decimal("0.5") and settled.released == Decimal("1.5")
     assert released.op_outcome == "fallback"  # answered by the next batch: the hold is settled
@@ -146,15 +173,16 @@ def test_settle_and_release_of_one_hold_in_one_batch_have_one_winner(
 
 
 def test_a_settle_then_reserve_in_one_batch_sees_the_funds_the_settle_freed(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
-    (hold,) = together(database, reserve_op(world, "3"), account=world["account"])
+    (hold,) = together(database, reserve_op(world, "3"), account=world["account"], pipeline=pipeline)
     settled, reserved, refused = together(
         database,
         settle_op(world, hold, "1"),
         reserve_op(world, "2"),
         reserve_op(world, "0.000000000001"),
         account=world["account"],
+        pipeline=pipeline,
     )
     assert (settled.op_outcome, reserved.op_outcome, refused.op_outcome) == (
         "settled",
@@ -166,18 +194,21 @@ def test_a_settle_then_reserve_in_one_batch_sees_the_funds_the_settle_freed(
 
 
 def test_a_forged_settle_through_the_function_is_refused_by_the_triggers(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
 ) -> None:
-    (hold,) = together(database, reserve_op(world, "2"), account=world["account"])
+    (hold,) = together(database, reserve_op(world, "2"), account=world["account"], pipeline=pipeline)
     # The revenue leg pointed at a customer account: that entry has no running position
     # (revenue shards are system accounts), so the entries' statement trigger refuses it.
     forged = settle_op(world, hold, "1", revenue=world["account"])
-    (result,) = together(database, forged, account=world["account"])
+    (result,) = together(database, forged, account=world["account"], pipeline=pipeline)
     assert isinstance(result, psycopg.errors.CheckViolation)
     assert "does not carry the account's running balance" in str(result)
     # A settle that names another amount than the hold's is not applied at all.
     (mismatch,) = together(
-        database, settle_op(world, hold, "1", held=Decimal("1.5")), account=world["account"]
+        database,
+        settle_op(world, hold, "1", held=Decimal("1.5")),
+        account=world["account"],
+        pipeline=pipeline,
     )
     assert mismatch.op_outcome == "fallback"
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
@@ -256,4 +287,166 @@ def test_two_batches_in_flight_on_one_account_never_overspend(
     # Each batch decides under the account's lock, as the other left it: 3 covers one hold of 2.
     assert sorted([first.op_outcome, second.op_outcome]) == ["created", "insufficient"]
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
+    assert_integrity(client)
+
+
+# --- the pipelined lane (LEDGER_BATCH_PIPELINE, default 2) -----------------------------
+
+
+def pipelined(batcher: HoldBatcher) -> PipelineLane:
+    (lane,) = batcher.lanes
+    assert isinstance(lane, PipelineLane)
+    return lane
+
+
+async def until_in_flight(lane: PipelineLane, count: int) -> None:
+    for _ in range(500):
+        if lane.in_flight >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the lane never had {count} batches in flight")
+
+
+def test_the_pipelined_lane_sends_the_next_batch_on_its_one_connection_and_it_is_decided_after_the_first(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    async def run() -> tuple[Any, Any, int]:
+        batcher = HoldBatcher(database, lanes=1)
+        lane = pipelined(batcher)
+        try:
+            first = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
+            await lock_waiters(database, 1)  # the first batch waits for the account that sql holds
+            second = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
+            await until_in_flight(lane, 2)  # sent behind it, on the same connection
+            await asyncio.sleep(0.2)
+            answered_early = second.done()
+            sql.rollback()
+            return await first, await second, int(answered_early)
+        finally:
+            await batcher.close()
+
+    before = batches_observed()
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
+    first, second, answered_early = asyncio.run(run())
+    # Its own transaction, run by the one backend after the first committed: it sees the
+    # first's hold (3 covers one hold of 2), and it never ran while the first waited.
+    assert (first.op_outcome, second.op_outcome, answered_early) == ("created", "insufficient", 0)
+    assert batches_observed() == before + 2
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
+    assert_integrity(client)
+
+
+def test_a_batch_refused_as_a_whole_in_the_pipeline_is_split_and_the_batch_behind_it_is_untouched(
+    client: TestClient[Any],
+    world: dict[str, Any],
+    make_account: Any,
+    database: str,
+    sql: psycopg.Connection[Any],
+) -> None:
+    rich = {**world, "account": make_account("10", currency=world["currency"])}
+    bad = reserve_op(rich, "1", pinned=True, price_version="no-such-version")
+
+    async def run() -> list[Any]:
+        batcher = HoldBatcher(database, lanes=1)
+        lane = pipelined(batcher)
+        try:
+            first = [
+                asyncio.ensure_future(batcher.submit(op, rich["account"]))
+                for op in (reserve_op(rich, "1"), bad, reserve_op(rich, "1"))
+            ]
+            await lock_waiters(database, 1)
+            # As many operations as the batch in flight carries: sent behind it.
+            second = [
+                asyncio.ensure_future(batcher.submit(reserve_op(rich, "0.5"), rich["account"]))
+                for _ in range(3)
+            ]
+            await until_in_flight(lane, 2)
+            sql.rollback()
+            return await asyncio.gather(*first, *second, return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (rich["account"],))
+    rows = asyncio.run(run())
+    assert isinstance(rows[1], psycopg.errors.ForeignKeyViolation)
+    assert [r.op_outcome for i, r in enumerate(rows) if i != 1] == ["created"] * 5
+    assert account_row(sql, rich["account"]) == (Decimal(10), Decimal("3.5"))
+    assert_integrity(client)
+
+
+def test_a_deadlocked_batch_in_the_pipelined_lane_is_retried(
+    client: TestClient[Any],
+    world: dict[str, Any],
+    make_account: Any,
+    database: str,
+    sql: psycopg.Connection[Any],
+) -> None:
+    one, two = sorted([world["account"], make_account("3", currency=world["currency"])])
+    sql.execute("SET deadlock_timeout = '20s'")  # the batch's backend is the one that detects it
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (two,))
+    taken: list[BaseException | None] = []
+
+    def take_the_first_account() -> None:
+        try:
+            sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (one,))
+            taken.append(None)
+        except psycopg.Error as error:
+            taken.append(error)
+
+    async def run() -> list[Any]:
+        batcher = HoldBatcher(database, lanes=1)
+        pipelined(batcher)
+        try:
+            ops = [
+                asyncio.ensure_future(batcher.submit(reserve_op({**world, "account": a}, "1"), a))
+                for a in (one, two)
+            ]
+            await lock_waiters(database, 1)  # the batch holds `one` (sorted first) and waits for `two`
+            taker = threading.Thread(target=take_the_first_account)
+            taker.start()  # sql now waits for `one`: a deadlock, and the batch is its victim
+            await asyncio.to_thread(taker.join, 30)
+            await lock_waiters(database, 1)  # the retry waits for `one`, which sql now holds
+            sql.rollback()
+            return await asyncio.gather(*ops, return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    before = batches_observed()
+    rows = asyncio.run(run())
+    assert taken == [None]
+    assert [r.op_outcome for r in rows] == ["created", "created"]
+    assert batches_observed() == before + 1  # retried whole, not split into two batches of one
+    assert account_row(sql, one) == (Decimal(3), Decimal(1))
+    assert account_row(sql, two) == (Decimal(3), Decimal(1))
+    assert_integrity(client)
+
+
+def test_a_lost_connection_answers_503_for_every_batch_in_flight_and_the_lane_connects_again(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    async def run() -> tuple[list[Any], Any]:
+        batcher = HoldBatcher(database, lanes=1)
+        lane = pipelined(batcher)
+        try:
+            flying = [asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"]))]
+            await lock_waiters(database, 1)
+            flying.append(asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"])))
+            await until_in_flight(lane, 2)
+            async with await psycopg.AsyncConnection.connect(database, autocommit=True) as admin:
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%ledger_hold_batch%%'"
+                )
+            lost = await asyncio.gather(*flying, return_exceptions=True)
+            sql.rollback()
+            again = await batcher.submit(reserve_op(world, "1"), world["account"])
+            return lost, again
+        finally:
+            await batcher.close()
+
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
+    lost, again = asyncio.run(run())
+    assert [type(r) for r in lost] == [DatabaseUnavailable, DatabaseUnavailable]
+    assert again.op_outcome == "created"
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))  # the killed batches left nothing
     assert_integrity(client)
