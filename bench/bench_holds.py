@@ -728,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
             "code": code_version(),
             "lanes": os.environ.get("LEDGER_BATCH_LANES"),
             "depth": os.environ.get("LEDGER_BATCH_DEPTH"),
+            "pipeline": os.environ.get("LEDGER_BATCH_PIPELINE"),
         },
         "medians": medians(runs),
         "workloads": [
