@@ -432,6 +432,10 @@ class PipelineLane:
                 self._stop_writing()
         except psycopg.Error as error:
             self._lost(error)
+            return
+        # A flush that would block reads what the server sent meanwhile into libpq's
+        # buffer (so neither side waits on the other): results there wake no reader.
+        self._on_readable()
 
     def _stop_writing(self) -> None:
         if self._writing and self._loop is not None and self._pg is not None:

@@ -450,3 +450,21 @@ def test_a_lost_connection_answers_503_for_every_batch_in_flight_and_the_lane_co
     assert again.op_outcome == "created"
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))  # the killed batches left nothing
     assert_integrity(client)
+
+
+def test_batches_larger_than_the_socket_takes_at_once_go_out_whole(
+    client: TestClient[Any],
+    world: dict[str, Any],
+    make_account: Any,
+    database: str,
+    sql: psycopg.Connection[Any],
+) -> None:
+    # 300 operations of about 30 KB each: two batches (200 and 100) of about 6 and 3 MB,
+    # more than a socket buffer takes at once, so libpq's flush returns "not yet" and the
+    # lane's writer callback finishes sending while the reader takes the results.
+    rich = {**world, "account": make_account("1000", currency=world["currency"])}
+    ops = [reserve_op(rich, "1", metadata={"note": "x" * 30000}) for _ in range(300)]
+    rows = together(database, *ops, account=rich["account"])
+    assert [r.op_outcome for r in rows] == ["created"] * 300
+    assert account_row(sql, rich["account"]) == (Decimal(1000), Decimal(300))
+    assert_integrity(client)
