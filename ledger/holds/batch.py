@@ -128,7 +128,34 @@ class HoldBatcher:
             await lane.close()
 
 
-class Lane:
+Item = tuple[bytes, "asyncio.Future[Any]"]
+
+
+class _Queue:
+    """What both lanes share: a queue of encoded operations, each with its request's future."""
+
+    _loop: asyncio.AbstractEventLoop | None
+    _pending: list[Item]
+
+    def _reset(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        raise NotImplementedError
+
+    def _queued(self) -> None:
+        """An operation was queued: start a batch if the lane's rule says so."""
+        raise NotImplementedError
+
+    async def submit(self, operation: dict[str, Any]) -> Any:
+        """Queue one operation and wait for its row (op_index, op_outcome, op_detail, hold columns)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or a new event loop (the old one's state is gone)
+            self._reset(loop)
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((_encode(operation), future))
+        self._queued()
+        return await future
+
+
+class Lane(_Queue):
     """A queue and `depth` connections: at most `depth` batches in flight, one per connection.
 
     A batch starts when none is in flight, or when the operations waiting are at least as
@@ -153,15 +180,8 @@ class Lane:
         self._starting = False  # a runner is about to take the queue
         self._runners: set[asyncio.Task[None]] = set()
 
-    async def submit(self, operation: dict[str, Any]) -> Any:
-        """Queue one operation and wait for its row (op_index, op_outcome, op_detail, hold columns)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # first use, or a new event loop (the old one's state is gone)
-            self._reset(loop)
-        future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((_encode(operation), future))
+    def _queued(self) -> None:
         self._dispatch()
-        return await future
 
     async def close(self) -> None:
         """Let the queued operations finish, then close the connections."""
@@ -268,9 +288,6 @@ class Lane:
         raise AssertionError("unreachable")
 
 
-Item = tuple[bytes, "asyncio.Future[Any]"]
-
-
 class _Batch:
     """Operations sent together (one sync point: one transaction), and what came back."""
 
@@ -283,7 +300,7 @@ class _Batch:
         self.error: psycopg.Error | None = None
 
 
-class PipelineLane:
+class PipelineLane(_Queue):
     """A queue and one connection in pipeline mode: up to `pipeline` batches in flight on it.
 
     The first batch goes as soon as something is queued (on the next turn of the event
@@ -327,17 +344,11 @@ class PipelineLane:
         self._drained: list[asyncio.Future[None]] = []
         self._row_types: dict[tuple[str, ...], Callable[[Sequence[Any]], Any]] = {}
 
-    async def submit(self, operation: dict[str, Any]) -> Any:
-        """Queue one operation and wait for its row (op_index, op_outcome, op_detail, hold columns)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # first use, or a new event loop (the old one's state is gone)
-            self._reset(loop)
-        future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((_encode(operation), future))
+    def _queued(self) -> None:
         if not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._pump)
-        return await future
+            assert self._loop is not None
+            self._loop.call_soon(self._pump)
 
     @property
     def in_flight(self) -> int:
