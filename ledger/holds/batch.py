@@ -50,6 +50,7 @@ so the early batch is never a sliver. A pipeline of 1 is the plain `Lane`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import zlib
 from collections import deque, namedtuple
@@ -332,6 +333,7 @@ class PipelineLane(_Queue):
         self._loop = loop
         self._conn = None
         self._pg: pq.abc.PGconn | None = None
+        self._fd = -1  # the connection's socket, as registered with the loop (libpq forgets it once lost)
         self._transformer: abc.Transformer | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._pending: list[Item] = []
@@ -407,7 +409,9 @@ class PipelineLane(_Queue):
             self._check_drained()
 
     def _may_send(self) -> bool:
-        if not self._pending:
+        if not self._pending or self._retries:
+            # While a refused batch waits out its retry delay, later operations wait too: they
+            # go after it, as they arrived (the batches already in flight are decided before it).
             return False
         if not self._flying:
             return True
@@ -430,7 +434,7 @@ class PipelineLane(_Queue):
             if pg.flush() and not self._writing:
                 assert self._loop is not None
                 self._writing = True
-                self._loop.add_writer(pg.socket, self._on_writable)
+                self._loop.add_writer(self._fd, self._on_writable)
         except psycopg.Error as error:
             if batch not in self._flying:
                 self._flying.append(batch)
@@ -450,7 +454,7 @@ class PipelineLane(_Queue):
 
     def _stop_writing(self) -> None:
         if self._writing and self._loop is not None and self._pg is not None:
-            self._loop.remove_writer(self._pg.socket)
+            self._loop.remove_writer(self._fd)
         self._writing = False
 
     async def _connect(self) -> None:
@@ -481,9 +485,9 @@ class PipelineLane(_Queue):
             self._connecting = None
             self._check_drained()
         assert self._loop is not None
-        self._conn, self._pg = conn, pg
+        self._conn, self._pg, self._fd = conn, pg, pg.socket
         self._transformer = Transformer(conn)
-        self._loop.add_reader(pg.socket, self._on_readable)
+        self._loop.add_reader(self._fd, self._on_readable)
         self._pump()
 
     # --- receiving -----------------------------------------------------------------
@@ -503,14 +507,14 @@ class PipelineLane(_Queue):
                 if status == pq.ExecStatus.TUPLES_OK:
                     batch.rows = self._rows(result)
                 elif status == pq.ExecStatus.PIPELINE_SYNC:
+                    self._finish(batch)  # still in flight if it raises: _lost answers what it left
                     self._flying.popleft()
-                    self._finish(batch)
                 elif status != pq.ExecStatus.PIPELINE_ABORTED:
                     batch.error = psycopg.errors.error_from_result(result)
                     if is_unreachable(batch.error):  # the server is going away (a shutdown, a crash)
                         self._lost(batch.error)
                         return
-        except psycopg.Error as error:
+        except Exception as error:  # whatever it is, no request may wait for results nobody reads
             self._lost(error)
             return
         if pg.status == pq.ConnStatus.BAD:
@@ -580,12 +584,14 @@ class PipelineLane(_Queue):
         self._check_drained()
 
     def _drop_connection(self) -> None:
-        self._stop_writing()
-        if self._pg is not None and self._loop is not None:
-            self._loop.remove_reader(self._pg.socket)
+        with contextlib.suppress(Exception):  # never raises: a lost socket, a closed loop
+            self._stop_writing()
+            if self._pg is not None and self._loop is not None:
+                self._loop.remove_reader(self._fd)
+        self._writing = False
         if self._conn is not None:
             self._conn.pgconn.finish()
-        self._conn, self._pg, self._transformer = None, None, None
+        self._conn, self._pg, self._transformer, self._fd = None, None, None, -1
 
     @staticmethod
     def _fail(items: list[Item], error: Exception) -> None:

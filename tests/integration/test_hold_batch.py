@@ -13,6 +13,8 @@ them, a retried deadlock, a connection lost under a batch).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
 from decimal import Decimal
 from typing import Any
@@ -230,7 +232,7 @@ async def lock_waiters(database: str, count: int) -> None:
     raise AssertionError(f"{count} batch(es) never waited for the lock")
 
 
-@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize(("depth", "pipeline"), [(1, 1), (1, 2), (2, 1)])
 def test_a_second_batch_runs_while_the_first_waits_for_its_account_only_with_depth_two(
     client: TestClient[Any],
     world: dict[str, Any],
@@ -238,11 +240,12 @@ def test_a_second_batch_runs_while_the_first_waits_for_its_account_only_with_dep
     database: str,
     sql: psycopg.Connection[Any],
     depth: int,
+    pipeline: int,
 ) -> None:
     other = {**world, "account": make_account("3", currency=world["currency"])}
 
     async def run() -> tuple[Any, Any, bool]:
-        batcher = HoldBatcher(database, lanes=1, depth=depth)
+        batcher = HoldBatcher(database, lanes=1, depth=depth, pipeline=pipeline)
         try:
             first = asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"]))
             await lock_waiters(database, 1)  # the first batch waits for the account that sql holds
@@ -449,6 +452,39 @@ def test_a_lost_connection_answers_503_for_every_batch_in_flight_and_the_lane_co
     assert [type(r) for r in lost] == [DatabaseUnavailable, DatabaseUnavailable]
     assert again.op_outcome == "created"
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))  # the killed batches left nothing
+    assert_integrity(client)
+
+
+def test_a_connection_cut_without_a_word_answers_503_and_the_lane_connects_again(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
+) -> None:
+    """A reset or a dead network, not a server that says goodbye: libpq drops the socket."""
+    reserve = reserve_op(world, "1")
+
+    async def run() -> tuple[Any, Any, Any]:
+        batcher = HoldBatcher(database, lanes=1)
+        lane = pipelined(batcher)
+        try:
+            first = asyncio.ensure_future(batcher.submit(reserve, world["account"]))
+            await lock_waiters(database, 1)
+            with socket.socket(fileno=os.dup(lane._fd)) as cut:
+                cut.shutdown(socket.SHUT_RDWR)
+            lost = await asyncio.gather(first, return_exceptions=True)
+            sql.rollback()  # the backend never noticed: its batch commits once it has the lock
+            again = await batcher.submit(reserve_op(world, "1"), world["account"])
+            retried = await batcher.submit(reserve, world["account"])  # the gateway's retry, same key
+            return lost[0], again, retried
+        finally:
+            await asyncio.wait_for(batcher.close(), 10)
+
+    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
+    lost, again, retried = asyncio.run(run())
+    assert isinstance(lost, DatabaseUnavailable)
+    assert again.op_outcome == "created"
+    # A 503 says "not known", not "not done": the cut batch committed, and the retry with
+    # its key is answered with that hold instead of making a second one.
+    assert retried.op_outcome == "exists"
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
     assert_integrity(client)
 
 
