@@ -416,7 +416,7 @@ class PipelineLane(_Queue):
         if not self._flying:
             return True
         outstanding = len(self._pending) + sum(len(batch.items) for batch in self._flying)
-        self._peak = max(self._peak * 0.995, float(outstanding))
+        self._peak = max(self._peak * 0.995, outstanding)
         return (
             len(self._flying) < self.pipeline
             and len(self._pending) >= len(self._flying[-1].items)
