@@ -162,8 +162,14 @@ def test_a_reconciler_killed_mid_batch_leaves_nothing_half_done(
             assert kinds[hold_id] == ["reserve", "settle" if action == "settled" else "release"]
             assert (hold["charge"] or {}).get("amount") == charge
     assert untouched, "the kill came too late: every hold was resolved"
-    in_flight = [h for h in printed[25:] if h in by_id]
-    assert in_flight and all(h in untouched for h in in_flight), "a hold of the killed batch was committed"
+    # The killed batch is everything printed after the first 25, whoever's hold it was: the
+    # session-wide database can hold other tests' expired holds, which the pass resolves too.
+    killed_batch = settle_txns(database, printed[25:])
+    assert killed_batch and all(k == ["reserve"] for k in killed_batch.values()), (
+        "a hold of the killed batch was committed",
+        killed_batch,
+    )
+    assert all(h in untouched for h in printed[25:] if h in by_id)
     assert set(resolved) <= set(printed), "something not printed as resolved was committed"
     for account_id in accounts:
         open_here = [h for h in untouched if by_id[h]["account_id"] == account_id]
