@@ -155,6 +155,18 @@ class _Queue:
         self._queued()
         return await future
 
+    def _answer(self, items: list[Item], rows: list[Any]) -> None:
+        """Give each operation of a committed batch its row; one the batch answered "again" is
+        queued anew: an earlier operation of the batch has the same key or resolves the same
+        hold, so it is answered by a batch sent after that one committed."""
+        HOLD_BATCH_SIZE.observe(len(items))
+        for row in rows:
+            operation, future = items[row.op_index]
+            if row.op_outcome == "again":
+                self._pending.append((operation, future))
+            elif not future.done():
+                future.set_result(row)
+
 
 class Lane(_Queue):
     """A queue and `depth` connections: at most `depth` batches in flight, one per connection.
@@ -174,7 +186,7 @@ class Lane(_Queue):
 
     def _reset(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self._loop = loop
-        self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._pending: list[Item] = []
         self._conns: list[psycopg.AsyncConnection[Any] | None] = [None] * self.depth
         self._idle: list[int] = list(range(self.depth))  # connections (their index) with no batch
         self._flying: list[int] = []  # the size of each batch in the database
@@ -232,7 +244,7 @@ class Lane(_Queue):
             self._idle.append(slot)
             self._dispatch()  # what queued up behind a batch still in flight
 
-    async def _apply(self, slot: int, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+    async def _apply(self, slot: int, batch: list[Item]) -> None:
         live = [item for item in batch if not item[1].done()]  # a cancelled request is left out
         if not live:
             return
@@ -248,15 +260,7 @@ class Lane(_Queue):
                 if not future.done():
                     future.set_exception(error)
             return
-        HOLD_BATCH_SIZE.observe(len(live))
-        for row in rows:
-            operation, future = live[row.op_index]
-            if row.op_outcome == "again":
-                # An earlier operation of the batch has the same key or resolves the same hold:
-                # this one is answered by the next batch, which sees that one's outcome.
-                self._pending.append((operation, future))
-            elif not future.done():
-                future.set_result(row)
+        self._answer(live, rows)
 
     async def _connection(self, slot: int) -> psycopg.AsyncConnection[Any]:
         conn = self._conns[slot]
@@ -535,15 +539,7 @@ class PipelineLane(_Queue):
         live = [item for item in batch.items if not item[1].done()]
         error = batch.error
         if error is None and batch.rows is not None:
-            HOLD_BATCH_SIZE.observe(len(batch.items))
-            for row in batch.rows:
-                operation, future = batch.items[row.op_index]
-                if row.op_outcome == "again":
-                    # An earlier operation of the batch has the same key or resolves the same
-                    # hold: this one is answered by a batch sent after that one committed.
-                    self._pending.append((operation, future))
-                elif not future.done():
-                    future.set_result(row)
+            self._answer(batch.items, batch.rows)
             return
         if error is None:
             error = psycopg.InternalError("the batch returned no rows")
