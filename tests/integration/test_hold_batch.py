@@ -16,6 +16,8 @@ import asyncio
 import os
 import socket
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -296,10 +298,16 @@ def test_two_batches_in_flight_on_one_account_never_overspend(
 # --- the pipelined lane (LEDGER_BATCH_PIPELINE, default 2) -----------------------------
 
 
-def pipelined(batcher: HoldBatcher) -> PipelineLane:
+@asynccontextmanager
+async def pipelined(database: str) -> AsyncIterator[tuple[HoldBatcher, PipelineLane]]:
+    """A batcher of one pipelined lane, closed (within 10 s) when the block ends."""
+    batcher = HoldBatcher(database, lanes=1)
     (lane,) = batcher.lanes
     assert isinstance(lane, PipelineLane)
-    return lane
+    try:
+        yield batcher, lane
+    finally:
+        await asyncio.wait_for(batcher.close(), 10)
 
 
 async def until_in_flight(lane: PipelineLane, count: int) -> None:
@@ -314,9 +322,7 @@ def test_the_pipelined_lane_sends_the_next_batch_on_its_one_connection_and_it_is
     client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
 ) -> None:
     async def run() -> tuple[Any, Any, int]:
-        batcher = HoldBatcher(database, lanes=1)
-        lane = pipelined(batcher)
-        try:
+        async with pipelined(database) as (batcher, lane):
             first = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
             await lock_waiters(database, 1)  # the first batch waits for the account that sql holds
             second = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
@@ -325,8 +331,6 @@ def test_the_pipelined_lane_sends_the_next_batch_on_its_one_connection_and_it_is
             answered_early = second.done()
             sql.rollback()
             return await first, await second, int(answered_early)
-        finally:
-            await batcher.close()
 
     before = batches_observed()
     sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
@@ -350,9 +354,7 @@ def test_a_batch_refused_as_a_whole_in_the_pipeline_is_split_and_the_batch_behin
     bad = reserve_op(rich, "1", pinned=True, price_version="no-such-version")
 
     async def run() -> list[Any]:
-        batcher = HoldBatcher(database, lanes=1)
-        lane = pipelined(batcher)
-        try:
+        async with pipelined(database) as (batcher, lane):
             first = [
                 asyncio.ensure_future(batcher.submit(op, rich["account"]))
                 for op in (reserve_op(rich, "1"), bad, reserve_op(rich, "1"))
@@ -366,8 +368,6 @@ def test_a_batch_refused_as_a_whole_in_the_pipeline_is_split_and_the_batch_behin
             await until_in_flight(lane, 2)
             sql.rollback()
             return await asyncio.gather(*first, *second, return_exceptions=True)
-        finally:
-            await batcher.close()
 
     sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (rich["account"],))
     rows = asyncio.run(run())
@@ -397,9 +397,7 @@ def test_a_deadlocked_batch_in_the_pipelined_lane_is_retried(
             taken.append(error)
 
     async def run() -> list[Any]:
-        batcher = HoldBatcher(database, lanes=1)
-        pipelined(batcher)
-        try:
+        async with pipelined(database) as (batcher, _):
             ops = [
                 asyncio.ensure_future(batcher.submit(reserve_op({**world, "account": a}, "1"), a))
                 for a in (one, two)
@@ -411,8 +409,6 @@ def test_a_deadlocked_batch_in_the_pipelined_lane_is_retried(
             await lock_waiters(database, 1)  # the retry waits for `one`, which sql now holds
             sql.rollback()
             return await asyncio.gather(*ops, return_exceptions=True)
-        finally:
-            await batcher.close()
 
     before = batches_observed()
     rows = asyncio.run(run())
@@ -428,9 +424,7 @@ def test_a_lost_connection_answers_503_for_every_batch_in_flight_and_the_lane_co
     client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
 ) -> None:
     async def run() -> tuple[list[Any], Any]:
-        batcher = HoldBatcher(database, lanes=1)
-        lane = pipelined(batcher)
-        try:
+        async with pipelined(database) as (batcher, lane):
             flying = [asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"]))]
             await lock_waiters(database, 1)
             flying.append(asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"])))
@@ -444,8 +438,6 @@ def test_a_lost_connection_answers_503_for_every_batch_in_flight_and_the_lane_co
             sql.rollback()
             again = await batcher.submit(reserve_op(world, "1"), world["account"])
             return lost, again
-        finally:
-            await batcher.close()
 
     sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
     lost, again = asyncio.run(run())
@@ -462,9 +454,7 @@ def test_a_connection_cut_without_a_word_answers_503_and_the_lane_connects_again
     reserve = reserve_op(world, "1")
 
     async def run() -> tuple[Any, Any, Any]:
-        batcher = HoldBatcher(database, lanes=1)
-        lane = pipelined(batcher)
-        try:
+        async with pipelined(database) as (batcher, lane):
             first = asyncio.ensure_future(batcher.submit(reserve, world["account"]))
             await lock_waiters(database, 1)
             with socket.socket(fileno=os.dup(lane._fd)) as cut:
@@ -474,8 +464,6 @@ def test_a_connection_cut_without_a_word_answers_503_and_the_lane_connects_again
             again = await batcher.submit(reserve_op(world, "1"), world["account"])
             retried = await batcher.submit(reserve, world["account"])  # the gateway's retry, same key
             return lost[0], again, retried
-        finally:
-            await asyncio.wait_for(batcher.close(), 10)
 
     sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
     lost, again, retried = asyncio.run(run())
