@@ -130,6 +130,18 @@ class ModelLimitExceeded(ValidationFailed):
     code = "model_limit_exceeded"
 
 
+class PriceVersionNotEffective(ValidationFailed):
+    """The request pins a price version whose effective_at is still in the future."""
+
+    code = "price_version_not_effective"
+
+
+class PriceVersionSuperseded(ValidationFailed):
+    """The request pins a price version superseded longer ago than the pin grace."""
+
+    code = "price_version_superseded"
+
+
 class PriceDocumentRefused(ValidationFailed):
     code = "validation_error"
 

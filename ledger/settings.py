@@ -54,6 +54,9 @@ class Settings:
     reconcile_grace_seconds: int
     reconcile_batch_size: int
     default_hold_ttl_seconds: int
+    # A reserve or gateway quote may pin a superseded price version for this long after it
+    # was superseded (a quote just given still holds); never a version not yet in effect.
+    price_pin_grace_seconds: int
     price_sources: tuple[str, ...]
     price_refresh_max_factor: str
     # A settle whose charge exceeds this many times the hold's amount is still recorded
@@ -219,6 +222,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         ),
         reconcile_batch_size=_int(env, "LEDGER_RECONCILE_BATCH_SIZE", 100, minimum=1),
         default_hold_ttl_seconds=_int(env, "LEDGER_DEFAULT_HOLD_TTL_SECONDS", 600, minimum=1),
+        price_pin_grace_seconds=_int(env, "LEDGER_PRICE_PIN_GRACE_SECONDS", 3600, minimum=0),
         price_sources=_list(env.get("LEDGER_PRICE_SOURCES")) or (default_sources,),
         price_refresh_max_factor=env.get("LEDGER_PRICE_REFRESH_MAX_FACTOR", "3"),
         max_overage_factor=_positive_decimal(env, "LEDGER_MAX_OVERAGE_FACTOR", "2"),

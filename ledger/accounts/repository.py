@@ -13,12 +13,16 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-# `granted`: the sum of the account's grant books (0013's cache on the grant rows; an
-# index-only probe that finds nothing for an account without grants).
+# `grant_books`: the sum of the account's grant books (0013's cache on the grant rows; an
+# index-only probe that finds nothing for an account without grants); `lapsed`: the part
+# of it in grants past their expires_at, which pays for nothing (0020). So paid =
+# balance - grant_books, granted = grant_books - lapsed, available = balance - lapsed +
+# credit_limit - held.
 COLUMNS = (
     "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason, "
     "(SELECT coalesce(sum(g.remaining), 0) FROM grants g "
-    "WHERE g.account_id = accounts.id AND g.remaining > 0) AS granted"
+    "WHERE g.account_id = accounts.id AND g.remaining > 0) AS grant_books, "
+    "ledger_lapsed_grants(accounts.id) AS lapsed"
 )
 
 _INSERT = text(

@@ -57,20 +57,24 @@ def parse_money(value: str, *, param: str) -> Decimal:
         raise ValidationFailed(str(error), param=param) from error
 
 
-def available_of(balance: Decimal, credit_limit: Decimal, held: Decimal) -> Decimal:
-    """balance + credit_limit - held, exactly (a 38-digit balance exceeds the default 28-digit context)."""
-    return EXACT.subtract(EXACT.add(balance, credit_limit), held)
+def available_of(
+    balance: Decimal, credit_limit: Decimal, held: Decimal, lapsed: Decimal = Decimal(0)
+) -> Decimal:
+    """balance - lapsed + credit_limit - held, exactly (a 38-digit balance exceeds the default
+    28-digit context). `lapsed`: what expired grants still hold until the expiry job posts it
+    out (migration 0020); from `expires_at` on it pays for nothing."""
+    return EXACT.subtract(EXACT.add(EXACT.subtract(balance, lapsed), credit_limit), held)
 
 
 def account_view(row: Any) -> Account:
-    available = available_of(row.balance, row.credit_limit, row.held)
+    available = available_of(row.balance, row.credit_limit, row.held, row.lapsed)
     return Account(
         account_id=row.id,
         currency=row.currency.strip(),
         credit_limit=format_amount(row.credit_limit),
         balance=format_amount(row.balance),
-        paid=format_amount(EXACT.subtract(row.balance, row.granted)),
-        granted=format_amount(row.granted),
+        paid=format_amount(EXACT.subtract(row.balance, row.grant_books)),
+        granted=format_amount(EXACT.subtract(row.grant_books, row.lapsed)),
         held=format_amount(row.held),
         available=format_amount(available),
         metadata=row.metadata,
@@ -167,15 +171,15 @@ class AccountService:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
             if as_of is None:
                 return balance_view(row)
-            balance, held, granted = await journal.balance_as_of(conn, account_id, as_of)
+            past = await journal.balance_as_of(conn, account_id, as_of)
         return Balance(
             account_id=row.id,
             currency=row.currency.strip(),
-            balance=format_amount(balance),
-            paid=format_amount(EXACT.subtract(balance, granted)),
-            granted=format_amount(granted),
-            held=format_amount(held),
-            available=format_amount(available_of(balance, row.credit_limit, held)),
+            balance=format_amount(past.balance),
+            paid=format_amount(EXACT.subtract(past.balance, past.grant_books)),
+            granted=format_amount(EXACT.subtract(past.grant_books, past.lapsed)),
+            held=format_amount(past.held),
+            available=format_amount(available_of(past.balance, row.credit_limit, past.held, past.lapsed)),
             credit_limit=format_amount(row.credit_limit),
             as_of=iso(as_of),
         )

@@ -47,8 +47,8 @@ _ACTIVE_VERSION = text(
 # next (after the account's) and checked too, and the hold is added to its `held`.
 _RESERVE_HEAD = f"""
     WITH a AS (
-      SELECT id, currency, balance, held, credit_limit, frozen_at FROM accounts
-       WHERE id = :account_id AND kind = 'customer' FOR UPDATE
+      SELECT id, currency, balance, held, credit_limit, frozen_at, ledger_lapsed_grants(id) AS lapsed
+        FROM accounts WHERE id = :account_id AND kind = 'customer' FOR UPDATE
     ){{budget_lock}}, v AS (
       SELECT (SELECT pv.version FROM price_versions pv
                 WHERE pv.currency = a.currency AND pv.effective_at <= now()
@@ -63,7 +63,7 @@ _RESERVE_HEAD = f"""
          AND a.currency = :currency
          AND a.frozen_at IS NULL
          AND (CAST(:pinned AS boolean) OR v.active_version = :price_version)
-         AND a.balance + a.credit_limit - a.held >= :amount{{budget_condition}}
+         AND a.balance - a.lapsed + a.credit_limit - a.held >= :amount{{budget_condition}}
     ), h AS (
       INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency,
                          amount, reservation, ttl_seconds, expires_at, metadata, budget_key)
@@ -75,7 +75,8 @@ _RESERVE_HEAD = f"""
     )"""
 _RESERVE_TAIL = """
     SELECT a.currency AS account_currency, a.balance AS account_balance, a.held AS account_held,
-           a.credit_limit AS account_credit_limit, a.frozen_at AS account_frozen_at, v.active_version,
+           a.credit_limit AS account_credit_limit, a.lapsed AS account_lapsed,
+           a.frozen_at AS account_frozen_at, v.active_version,
            ex.existing_id, ex.existing_hash, {budget_columns}h.*
       FROM a CROSS JOIN v LEFT JOIN ex ON true LEFT JOIN h ON true{budget_join}
     """

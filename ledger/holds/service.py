@@ -182,21 +182,26 @@ class HoldService:
     # --- reserve -------------------------------------------------------------------
 
     async def reserve(self, body: ReserveRequest, actor: Actor) -> tuple[Hold, bool]:
-        """Reserve in one autocommit statement (see `repository.reserve`).
+        """Reserve: group-committed (`ledger.holds.batch`), or with a budget_key in one
+        autocommit statement (see `repository.reserve`).
 
         The account's currency (immutable) and each currency's active price version are
         cached in-process; the statement re-checks the version under the account lock, and
         when a newer one has become active it writes nothing and we size again with it.
+        A pinned version must be pinnable (`PriceService.check_pin`); an identical retry of
+        a reserve that was accepted is answered its hold even when the pin has since lapsed.
         """
         check_metadata(body.metadata)
         digest = request_hash("reserve", body)
         budget_key = None if body.budget_key is msgspec.UNSET else body.budget_key
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
         pinned = body.price_version is not None
-        for _ in range(4):
+        for attempt in range(4):
             currency = await self._currency_of(body.account_id)
             version = body.price_version or await self._active_version(currency)
             try:
+                if pinned and attempt == 0:  # a version in effect, or superseded within the grace
+                    await self.prices.check_pin(version, self.settings.price_pin_grace_seconds)
                 price = await self.prices.model_price(currency=currency, model=body.model, version=version)
                 reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
             except LedgerError as error:
@@ -242,7 +247,10 @@ class HoldService:
                 if outcome == "insufficient":
                     detail = row.op_detail
                     available = available_of(
-                        Decimal(detail["balance"]), Decimal(detail["credit_limit"]), Decimal(detail["held"])
+                        Decimal(detail["balance"]),
+                        Decimal(detail["credit_limit"]),
+                        Decimal(detail["held"]),
+                        Decimal(detail["lapsed"]),
                     )
                     raise self._insufficient(reservation.amount, available, currency, breakdown)
                 self._currencies.pop(body.account_id, None)
@@ -280,7 +288,9 @@ class HoldService:
             replay = await self._replay(body.account_id, body.idempotency_key, digest)
             if replay is not None:
                 return replay, False
-            available = available_of(row.account_balance, row.account_credit_limit, row.account_held)
+            available = available_of(
+                row.account_balance, row.account_credit_limit, row.account_held, row.account_lapsed
+            )
             if budget_key is not None and row.budget_exceeded and available >= reservation.amount:
                 # Funds cover it, so the key's budget refused it (insufficient funds, when both
                 # refuse, is the one reported: topping up the budget would not be enough).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from sqlalchemy import text
@@ -153,17 +153,28 @@ async def account_journal(
     return list(rows), legs
 
 
+# `lapsed`: the part of the grant books in grants whose expires_at had passed at `as_of`
+# (they paid for nothing from then on, migration 0020), whether or not the expiry job had
+# posted them out by then.
 _BALANCE_AS_OF = text(
-    "SELECT coalesce(sum(amount), 0) AS balance, "
-    "coalesce(sum(amount) FILTER (WHERE book = 'hold'), 0) AS held, "
-    "coalesce(sum(amount) FILTER (WHERE starts_with(book, 'grant:')), 0) AS granted "
-    "FROM journal_entries WHERE account_id = :account_id AND created_at <= :as_of"
+    "SELECT coalesce(sum(e.amount), 0) AS balance, "
+    "coalesce(sum(e.amount) FILTER (WHERE e.book = 'hold'), 0) AS held, "
+    "coalesce(sum(e.amount) FILTER (WHERE starts_with(e.book, 'grant:')), 0) AS grant_books, "
+    "coalesce(sum(e.amount) FILTER (WHERE starts_with(e.book, 'grant:') AND EXISTS ("
+    "  SELECT 1 FROM grants g WHERE g.account_id = e.account_id AND e.book = 'grant:' || g.id "
+    "  AND g.expires_at <= :as_of)), 0) AS lapsed "
+    "FROM journal_entries e WHERE e.account_id = :account_id AND e.created_at <= :as_of"
 )
 
 
-async def balance_as_of(
-    conn: AsyncConnection, account_id: str, as_of: datetime
-) -> tuple[Decimal, Decimal, Decimal]:
-    """(balance, held, granted) from the account's entries up to `as_of`."""
+class PastBalance(NamedTuple):
+    balance: Decimal
+    held: Decimal
+    grant_books: Decimal
+    lapsed: Decimal
+
+
+async def balance_as_of(conn: AsyncConnection, account_id: str, as_of: datetime) -> PastBalance:
+    """The account's books from its entries up to `as_of`."""
     row = (await conn.execute(_BALANCE_AS_OF, {"account_id": account_id, "as_of": as_of})).one()
-    return row.balance, row.held, row.granted
+    return PastBalance(row.balance, row.held, row.grant_books, row.lapsed)

@@ -101,4 +101,6 @@ class GatewayQuoteController(Controller):
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
     ) -> ChargeQuote | ReservationQuote:
-        return await service(request).quote(await read(request, QuoteRequest))
+        # The gateway quotes what it may reserve: a pinned version must be pinnable.
+        grace = request.app.state.settings.price_pin_grace_seconds
+        return await service(request).quote(await read(request, QuoteRequest), pin_grace_seconds=grace)

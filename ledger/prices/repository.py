@@ -35,6 +35,22 @@ _LATEST_AFTER = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency AND id > :after "
     "ORDER BY id DESC LIMIT 1"
 )
+# Whether a request may pin `version` now (the pin rule, `PriceService.check_pin`): its
+# effective_at, when it was superseded (the earliest moment a later version of its
+# currency took effect or, published with an effective_at already past, was published;
+# NULL while none has), and both tested against the database's clock.
+_PIN_TERMS = text(
+    """
+    SELECT p.effective_at, p.superseded_at,
+           p.effective_at > now() AS not_yet_effective,
+           p.superseded_at + make_interval(secs => :grace) <= now() AS past_grace
+      FROM (SELECT pv.effective_at,
+                   (SELECT min(greatest(w.effective_at, w.published_at)) FROM price_versions w
+                     WHERE w.currency = pv.currency
+                       AND (w.effective_at, w.id) > (pv.effective_at, pv.id)) AS superseded_at
+              FROM price_versions pv WHERE pv.version = :version) p
+    """
+)
 _COUNT = text("SELECT count(*) FROM price_versions")
 _LAST_REFRESH = text(
     "SELECT r.content_hash, r.version_id, r.action, r.refreshed_at, v.version "
@@ -106,6 +122,11 @@ async def record_refresh(
 async def names_model(conn: AsyncConnection, currency: str, model: str) -> bool:
     probe = msgspec.json.encode([{"model": model}]).decode()
     return bool((await conn.execute(_NAMES_MODEL, {"currency": currency, "probe": probe})).scalar())
+
+
+async def pin_terms(conn: AsyncConnection, version: str, grace_seconds: int) -> Any | None:
+    """`version`'s effective_at and superseded_at, and whether each bars a pin now (None: unknown)."""
+    return (await conn.execute(_PIN_TERMS, {"version": version, "grace": grace_seconds})).first()
 
 
 async def count(conn: AsyncConnection) -> int:

@@ -48,7 +48,9 @@ from ledger.errors import (
     ModelLimitExceeded,
     ModelNotFound,
     PriceDocumentRefused,
+    PriceVersionNotEffective,
     PriceVersionNotFound,
+    PriceVersionSuperseded,
     PricingUnavailable,
     UsageInvalid,
     ValidationFailed,
@@ -447,6 +449,28 @@ class PriceService:
             raise await self.unpriced(conn, currency=currency, model=model, version=version)
         return version, price
 
+    async def check_pin(self, version: str, grace_seconds: int) -> None:
+        """Refuse pinning `version` now unless it is in effect, or superseded less than
+        `grace_seconds` ago (so a quote just given still holds): 404 for an unknown version,
+        422 `price_version_not_effective` before its effective_at, 422
+        `price_version_superseded` past the grace. Judged by the database's clock."""
+        async with read_only(self.engine) as conn:
+            row = await repository.pin_terms(conn, version, grace_seconds)
+        if row is None:
+            raise PriceVersionNotFound(f"price version {version!r} does not exist", param="price_version")
+        if row.not_yet_effective:
+            raise PriceVersionNotEffective(
+                f"price version {version} takes effect at {iso(row.effective_at)}; "
+                "a request may not pin it before then",
+                param="price_version",
+            )
+        if row.past_grace:
+            raise PriceVersionSuperseded(
+                f"price version {version} was superseded at {iso(row.superseded_at)}; it may be pinned "
+                f"for {grace_seconds} s after that, no longer: omit price_version to use the active one",
+                param="price_version",
+            )
+
     async def model_price(self, *, currency: str, model: str, version: str) -> ModelPrice:
         """A model's price in a given version, from the cache when possible (no connection).
 
@@ -495,11 +519,18 @@ class PriceService:
 
     # --- quoting -----------------------------------------------------------------
 
-    async def quote(self, body: QuoteRequest) -> ChargeQuote | ReservationQuote:
+    async def quote(
+        self, body: QuoteRequest, *, pin_grace_seconds: int | None = None
+    ) -> ChargeQuote | ReservationQuote:
+        """Price a usage or size a reservation. With `pin_grace_seconds` (the gateway's
+        quotes) a pinned version must be one a reserve could pin (`check_pin`); without it
+        (finance's quotes) any published version may be quoted, a future one included."""
         # `n` may come with usage: the completion limit, as at settle, is n x the model's output.
         sizing = (body.max_output_tokens, body.max_input_tokens)
         if body.usage is not None and any(v is not None for v in sizing):
             raise ValidationFailed("give either usage or the reservation fields, not both", param="usage")
+        if body.price_version is not None and pin_grace_seconds is not None:
+            await self.check_pin(body.price_version, pin_grace_seconds)
         async with read_only(self.engine) as conn:
             version, price = await self.resolve(
                 conn, currency=body.currency, model=body.model, pinned=body.price_version

@@ -1,4 +1,4 @@
-"""Migrations 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0020, 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
 (`migrations.functions.defined_by`).
@@ -139,3 +139,27 @@ def test_0019_downgrades_to_the_checks_settings_before_it_and_upgrades_again(scr
     }
     migrate(url)
     assert settings() == head
+
+
+def test_0020_downgrades_to_0017_s_batch_function_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+    head = sources(scratch)
+    assert "a_lapsed" in head["ledger_hold_batch"][0]
+
+    def lapsed_function() -> int:
+        with psycopg.connect(scratch) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_proc WHERE proname = 'ledger_lapsed_grants'"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    assert lapsed_function() == 1
+    command.downgrade(alembic_config(url), "0019")
+    previous = sources(scratch)
+    assert "a_lapsed" not in previous["ledger_hold_batch"][0]
+    assert "AND (gr.expires_at > now()) IS TRUE" in previous["ledger_hold_batch"][0]
+    assert lapsed_function() == 0
+    migrate(url)
+    assert sources(scratch) == head

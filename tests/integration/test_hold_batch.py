@@ -120,6 +120,7 @@ def test_reserves_on_one_account_are_checked_in_arrival_order_in_one_batch(
         "balance": "3.000000000000",
         "held": "3.000000000000",
         "credit_limit": "0.000000000000",
+        "lapsed": "0",  # no expired grant (0020)
     }
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(3))
     assert_integrity(client)
