@@ -7,6 +7,7 @@ configuration table lists every variable below; keep the two in step.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 Role = Literal["viewer", "finance", "admin"]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ROLES: tuple[Role, ...] = ("viewer", "finance", "admin")
 
 DEV_GATEWAY_TOKENS = ("dev-gateway",)
@@ -95,6 +97,10 @@ class Settings:
     alert_max_attempts: int = 8
     alert_retry_base_seconds: int = 10
     alert_batch_size: int = 50
+    # Webhook destinations (ledger.alerts.destination): https only unless allow_http; an
+    # address that is not public is refused unless inside one of these networks.
+    webhook_allow_http: bool = False
+    webhook_allowed_networks: tuple[Network, ...] = ()
     # The gateway's reserve, settle and release served ahead of the framework
     # (ledger.http.fastlane); off: every request goes through Litestar's routing.
     fast_lane: bool = True
@@ -161,6 +167,17 @@ def _admin_tokens(raw: str | None) -> tuple[tuple[str, Role], ...]:
             raise SettingsError(f"LEDGER_ADMIN_TOKENS role must be one of {', '.join(ROLES)}, got {role!r}")
         pairs.append((token, role))
     return tuple(pairs)
+
+
+def _networks(env: dict[str, str], name: str) -> tuple[Network, ...]:
+    networks: list[Network] = []
+    for item in _list(env.get(name)):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=True))
+        except ValueError as exc:
+            message = f"{name} must be comma-separated CIDRs such as 10.8.0.0/16, got {item!r}"
+            raise SettingsError(message) from exc
+    return tuple(networks)
 
 
 def normalize_database_url(url: str) -> str:
@@ -248,5 +265,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         alert_max_attempts=_int(env, "LEDGER_ALERT_MAX_ATTEMPTS", 8, minimum=1),
         alert_retry_base_seconds=_int(env, "LEDGER_ALERT_RETRY_BASE_SECONDS", 10, minimum=0),
         alert_batch_size=_int(env, "LEDGER_ALERT_BATCH_SIZE", 50, minimum=1),
+        webhook_allow_http=_flag(env, "LEDGER_WEBHOOK_ALLOW_HTTP", False),
+        webhook_allowed_networks=_networks(env, "LEDGER_WEBHOOK_ALLOWED_NETWORKS"),
         fast_lane=_flag(env, "LEDGER_FAST_LANE", True),
     )

@@ -17,7 +17,12 @@ Invariants kept here (each refusal is a `PriceDocumentInvalid` naming the field)
 - a `long_context` table prices exactly the categories of the standard table: none
   missing (contract) and none extra (decided here: a category priced only above the
   threshold would make the standard tier silently fall back to `input` for it);
-- at least one model, names non-empty without surrounding whitespace, no duplicates;
+- at least one model, no duplicates; a model name matches `MODEL_NAME_PATTERN`: 1-128
+  characters, letters, digits and `._:/@+-`, starting with a letter or digit. Model
+  names travel into CSV reports and logs, so one can never start like a spreadsheet
+  formula (`=`, `+`, `-`, `@`) nor carry blanks or control characters. A document
+  already stored (`stored=True`: a version published before this rule) is read with
+  the older rule (non-empty, no surrounding whitespace), so no pinned version breaks;
 - `currency` is three upper-case letters; `effective_at` is timezone-aware (naive
   refused) and kept in UTC, or absent/null meaning "when published";
 - `source` is optional free text (it does not change money), "" when absent.
@@ -49,6 +54,8 @@ MAX_RATE = Decimal(1_000_000)
 
 _CATEGORY_SET = frozenset(CATEGORIES)
 _CURRENCY = re.compile(r"[A-Z]{3}")
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
+_MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
 _DOCUMENT_FIELDS = ("currency", "effective_at", "source", "models")
 _MODEL_FIELDS = ("model", "max_input_tokens", "max_output_tokens", "rates", "long_context")
 _LONG_CONTEXT_FIELDS = ("above_input_tokens", "rates")
@@ -248,13 +255,18 @@ def _long_context(value: object, path: str, standard: Rates, max_input_tokens: i
     return LongContext(above_input_tokens=above, rates=rates)
 
 
-def _model(value: object, path: str) -> ModelPrice:
+def _model(value: object, path: str, *, stored: bool) -> ModelPrice:
     obj = _object(value, path, _MODEL_FIELDS)
     name = _required(obj, "model", path)
     if not isinstance(name, str) or not name.strip():
         _fail(f"{path}.model", "must be a non-empty string")
     if name != name.strip():
         _fail(f"{path}.model", "must not start or end with whitespace")
+    if not stored and not _MODEL_NAME.fullmatch(name):
+        _fail(
+            f"{path}.model",
+            "must be 1-128 characters of letters, digits and ._:/@+- starting with a letter or digit",
+        )
     max_input = _positive_limit(_required(obj, "max_input_tokens", path), f"{path}.max_input_tokens")
     max_output = _positive_limit(_required(obj, "max_output_tokens", path), f"{path}.max_output_tokens")
     rates = _rates(_required(obj, "rates", path), f"{path}.rates")
@@ -288,8 +300,11 @@ def _effective_at(value: object) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def parse_price_document(raw: bytes | str | Mapping[str, object]) -> PriceDocument:
-    """Validate a price document given as JSON text/bytes or already-decoded builtins."""
+def parse_price_document(raw: bytes | str | Mapping[str, object], *, stored: bool = False) -> PriceDocument:
+    """Validate a price document given as JSON text/bytes or already-decoded builtins.
+
+    `stored`: the document of a version already published (see the model-name rule above).
+    """
     data = _load_json(raw) if isinstance(raw, bytes | bytearray | memoryview | str) else raw
     top = _object(data, "", _DOCUMENT_FIELDS)
     currency = _required(top, "currency", "")
@@ -309,7 +324,7 @@ def parse_price_document(raw: bytes | str | Mapping[str, object]) -> PriceDocume
     models: list[ModelPrice] = []
     seen: dict[str, int] = {}
     for index, item in enumerate(models_raw):
-        price = _model(item, f"models[{index}]")
+        price = _model(item, f"models[{index}]", stored=stored)
         if price.model in seen:
             _fail(
                 f"models[{index}].model",

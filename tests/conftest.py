@@ -30,6 +30,10 @@ TEST_ENV = {
     "LEDGER_LOG_FORMAT": "console",
     "LEDGER_LOG_LEVEL": "warning",
     "LEDGER_DB_POOL_SIZE": "10",
+    # The alert tests' webhook receivers listen on plain http at 127.0.0.2 (tests/workers/alerts.py);
+    # 127.0.0.1 and every other internal address stay refused.
+    "LEDGER_WEBHOOK_ALLOW_HTTP": "1",
+    "LEDGER_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.2/32",
 }
 
 

@@ -17,6 +17,9 @@ from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals
 from ledger.schemas import Page
 
+# Roles that see a delivery attempt's status code and error: the error tells a refused
+# connection from a timeout from an HTTP status, which to a viewer would be a port scanner.
+DETAIL_ROLES = frozenset({"finance", "admin"})
 NOT_FOUND = {404: "`account_not_found`: no such account; `alert_not_found`: the account has no alert"}
 
 
@@ -35,8 +38,11 @@ class AdminAlertController(Controller):
         "/",
         opt={"role": "finance"},
         summary="Set the low-balance alert: a webhook when available crosses the threshold (with reason)",
-        description="`webhook_url` (http or https) is called by the delivery worker, never at "
-        "configuration time. Replaces any alert the account had.",
+        description="`webhook_url` is https (http only with LEDGER_WEBHOOK_ALLOW_HTTP); every address "
+        "its host resolves to must be public or inside LEDGER_WEBHOOK_ALLOWED_NETWORKS (loopback, "
+        "private, link-local, CGNAT, multicast, reserved and unspecified addresses are 422 `webhook_url`). "
+        "It is called by the delivery worker, which checks it again before each attempt and connects "
+        "to the address it checked; never at configuration time. Replaces any alert the account had.",
         responses=refusals(GUARDED, BODY, 404, notes=NOT_FOUND),
     )
     async def configure(self, request: Request[Any, Any, Any], account_id: str, data: AlertConfig) -> Alert:
@@ -66,9 +72,12 @@ class AdminAlertController(Controller):
     @get(
         "/events",
         summary="Recorded crossings, newest first, each with its delivery attempts",
+        description="Each attempt's `status_code` and `error` are shown to finance and admin; "
+        "for a viewer they are null (an attempt shows only whether it was `delivered`).",
         responses=refusals(GUARDED, 404, notes={404: "`account_not_found`"}),
     )
     async def events(
         self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
     ) -> Page:
-        return await service(request).events(account_id, before=id_cursor(cursor), limit=limit)
+        detail = actor_of(request).role in DETAIL_ROLES
+        return await service(request).events(account_id, before=id_cursor(cursor), limit=limit, detail=detail)

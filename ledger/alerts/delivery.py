@@ -10,6 +10,13 @@ process that dies after the POST but before the commit leaves the event pending 
 it is sent again (at least once): receivers deduplicate on `Idempotency-Key`, which
 is the event id.
 
+Each attempt first vets the URL again under the current settings
+(`ledger.alerts.destination`: scheme, every resolved address public or allow-listed)
+and connects to the addresses it vetted; a refused destination is a failed attempt
+(nothing is sent), retried like any other. The attempt's error detail (refused
+address, connection error, HTTP status) is recorded and logged; the admin API shows it
+to finance and admin only.
+
 Without LEDGER_WEBHOOK_SECRET nothing is sent and nothing is recorded as attempted:
 events stay pending until a secret is configured.
 """
@@ -17,6 +24,7 @@ events stay pending until a secret is configured.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +34,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger.alerts import repository, webhook
+from ledger.alerts.destination import DestinationPolicy, DestinationRefused, Resolve, system_resolve
 from ledger.alerts.schemas import WebhookPayload
 from ledger.alerts.service import EVENT_TYPES
 from ledger.db import transaction
@@ -59,16 +68,31 @@ def payload(row: Any) -> bytes:
     )
 
 
-async def deliver_pending(engine: AsyncEngine, settings: Settings) -> dict[str, Any]:
-    """Deliver up to `alert_batch_size` due events; returns counts for the job's summary."""
+async def deliver_pending(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    resolve: Resolve = system_resolve,
+    tls: ssl.SSLContext | None = None,
+) -> dict[str, Any]:
+    """Deliver up to `alert_batch_size` due events; returns counts for the job's summary.
+
+    `resolve` (host names to addresses) and `tls` (the trust store for https receivers)
+    default to the system's; tests give their own.
+    """
     counts = {"delivered": 0, "retrying": 0, "failed": 0}
     secret = settings.webhook_secret
     if secret is None:
         return {**counts, "sending": False}
     timeout = float(settings.alert_timeout_seconds)
+    policy = DestinationPolicy.of(settings)
 
     def send(url: str, body: bytes, headers: dict[str, str]) -> webhook.Outcome:
-        return webhook.post(url, body, headers, timeout=timeout)
+        try:
+            target = policy.vet(url, resolve)
+        except DestinationRefused as refused:
+            return webhook.Outcome(False, None, f"refused: {refused.detail}"[:500])
+        return webhook.post(target, body, headers, timeout=timeout, tls=tls)
 
     for _ in range(settings.alert_batch_size):
         outcome = await transaction(

@@ -37,6 +37,8 @@ class Alert(msgspec.Struct, frozen=True):
 
 
 class Delivery(msgspec.Struct, frozen=True):
+    """One attempt. `status_code` and `error` are null for a viewer (finance and admin see them)."""
+
     attempt: int
     at: str
     webhook_url: str

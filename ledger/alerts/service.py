@@ -8,19 +8,27 @@ Invariants:
   next event is its recovery (or, after a recovery, the next downward crossing).
 - crossings are detected by the database at the commit of each movement (0014); this
   service never sits on the money path.
-- the webhook URL is validated (`ledger.alerts.webhook.check_webhook_url`), never fetched here.
+- the webhook URL's form is checked (`ledger.alerts.webhook.check_webhook_url`) and its
+  destination vetted (`ledger.alerts.destination`: https unless allowed, every address
+  the host resolves to public or allow-listed) before anything is written; it is never
+  fetched here. A refusal is 422 `webhook_url` and stores nothing.
+- a delivery's error detail (refused address, connection error, HTTP status) is shown
+  to finance and admin only; a viewer sees that an attempt was or was not delivered,
+  nothing that tells a refused connection from a timeout or an HTTP 500.
 - DELETE deactivates the alert and cancels its undelivered events; delivered and failed
   events and every attempt stay recorded.
 """
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger.alerts import repository
+from ledger.alerts.destination import DestinationPolicy, DestinationRefused, Resolve, system_resolve
 from ledger.alerts.schemas import Alert, AlertConfig, AlertEvent, Delivery
 from ledger.alerts.webhook import check_webhook_url
 from ledger.audit import repository as audit
@@ -58,7 +66,8 @@ def alert_view(row: Any, account: Any, *, delivery_enabled: bool) -> Alert:
     )
 
 
-def event_view(row: Any, deliveries: list[Any]) -> AlertEvent:
+def event_view(row: Any, deliveries: list[Any], *, detail: bool) -> AlertEvent:
+    """`detail`: show each attempt's status code and error (finance and admin only)."""
     return AlertEvent(
         id=str(row.event_id),
         type=EVENT_TYPES[row.kind],
@@ -76,8 +85,8 @@ def event_view(row: Any, deliveries: list[Any]) -> AlertEvent:
                 attempt=d.attempt,
                 at=iso(d.at),
                 webhook_url=d.webhook_url,
-                status_code=d.status_code,
-                error=d.error,
+                status_code=d.status_code if detail else None,
+                error=d.error if detail else None,
                 delivered=d.delivered,
             )
             for d in deliveries
@@ -86,15 +95,32 @@ def event_view(row: Any, deliveries: list[Any]) -> AlertEvent:
 
 
 class AlertService:
-    def __init__(self, engine: AsyncEngine, settings: Settings) -> None:
+    def __init__(self, engine: AsyncEngine, settings: Settings, *, resolve: Resolve = system_resolve) -> None:
         self.engine = engine
         self.delivery_enabled = settings.webhook_secret is not None
+        self.policy = DestinationPolicy.of(settings)
+        self.resolve_timeout = float(settings.alert_timeout_seconds)
+        self.resolve = resolve  # host name -> addresses; the system resolver, or a test's
+
+    async def vet(self, url: str) -> str:
+        """`url` if its form is right and its destination allowed now; else 422 `webhook_url`."""
+        url = check_webhook_url(url)
+        try:
+            await asyncio.wait_for(
+                asyncio.to_thread(self.policy.vet, url, self.resolve), self.resolve_timeout
+            )
+        except DestinationRefused as refused:
+            raise ValidationFailed(refused.message, param="webhook_url") from refused
+        except TimeoutError as error:
+            message = "webhook_url's host did not resolve in time"
+            raise ValidationFailed(message, param="webhook_url") from error
+        return url
 
     async def configure(self, account_id: str, body: AlertConfig, actor: Actor) -> Alert:
         threshold = parse_threshold(body.threshold)
-        url = check_webhook_url(body.webhook_url)
         if not body.reason.strip():
             raise ValidationFailed("reason must not be blank", param="reason")
+        url = await self.vet(body.webhook_url)
 
         async def work(conn: AsyncConnection) -> Alert:
             account = await repository.lock_account(conn, account_id)
@@ -163,8 +189,9 @@ class AlertService:
 
         await transaction(self.engine, work)
 
-    async def events(self, account_id: str, *, before: int | None, limit: int) -> Page:
-        """The account's recorded crossings, newest first, each with its delivery attempts."""
+    async def events(self, account_id: str, *, before: int | None, limit: int, detail: bool) -> Page:
+        """The account's recorded crossings, newest first, each with its delivery attempts
+        (`detail`: with their status codes and errors)."""
         async with read_only(self.engine) as conn:
             if await repository.get_account(conn, account_id) is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
@@ -176,6 +203,6 @@ class AlertService:
         for attempt in attempts:
             by_event.setdefault(attempt.event_id, []).append(attempt)
         return Page(
-            data=[event_view(r, by_event.get(r.id, [])) for r in rows],
+            data=[event_view(r, by_event.get(r.id, []), detail=detail) for r in rows],
             next_cursor=str(rows[-1].id) if more and rows else None,
         )

@@ -1,14 +1,19 @@
-"""The webhook: validating its URL, signing the body, one bounded HTTP POST.
+"""The webhook: the form of its URL, signing the body, one bounded HTTP POST.
 
 - URL: absolute `http` or `https`, a host, no user:password part (it would be stored
-  and shown back), no whitespace or control characters, at most 2048 characters. It is
-  only parsed at configuration time, never fetched; the delivery worker calls it.
+  and shown back), no whitespace or control characters, at most 2048 characters. This
+  module checks its form; where it may point is `ledger.alerts.destination`'s policy,
+  applied at configuration time (without fetching anything) and before every POST.
 - Signature (Stripe-style): header `Ledger-Signature: t=<unix seconds>,v1=<hex>` where
   hex = HMAC-SHA256(LEDGER_WEBHOOK_SECRET, "<t>.<raw body>"). A receiver recomputes it
   over the exact bytes it received and rejects an old `t` (replay).
-- POST: `http.client` with a timeout covering connect and each read; redirects are not
-  followed (a 3xx is a failed attempt), proxies from the environment are not used. Any
-  2xx is delivered. The response body is not read beyond what closing needs.
+- POST: to a vetted `Target`: the TCP connection goes to one of the addresses the policy
+  checked (never to a fresh resolution of the name), while the request carries the URL's
+  host in `Host` and, for https, in SNI and the certificate check (verified against the
+  system's trust store, or the `tls` context given). `http.client` with a timeout
+  covering connect and each read; redirects are not followed (a 3xx is a failed
+  attempt), proxies from the environment are not used. Any 2xx is delivered. The
+  response body is not read beyond what closing needs.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import socket
+import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ledger.alerts.destination import IPAddress, Target
 from ledger.errors import ValidationFailed
 
 MAX_URL_LENGTH = 2048
@@ -79,20 +88,64 @@ class Outcome:
     error: str | None
 
 
-def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> Outcome:
-    """POST `body` to `url` once (blocking; the caller runs it off the event loop)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+def connect(addresses: Sequence[IPAddress], port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of `addresses` that answers: IP addresses, never a name."""
+    failure: OSError = OSError("no address to connect to")
+    for address in addresses:
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect((str(address), port))
+        except OSError as error:
+            sock.close()
+            failure = error
+            continue
+        return sock
+    raise failure
+
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """HTTP to `host` (its Host header) over a connection made to the vetted addresses only."""
+
+    def __init__(self, target: Target, *, timeout: float) -> None:
+        super().__init__(target.host, target.port, timeout=timeout)
+        self.addresses = target.addresses
+
+    def connect(self) -> None:
+        self.sock = connect(self.addresses, self.port, self.timeout)
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to `host` (Host, SNI, certificate name) over a connection to the vetted addresses."""
+
+    def __init__(self, target: Target, *, timeout: float, tls: ssl.SSLContext) -> None:
+        super().__init__(target.host, target.port, timeout=timeout, context=tls)
+        self.addresses = target.addresses
+        self.tls = tls
+
+    def connect(self) -> None:
+        sock = connect(self.addresses, self.port, self.timeout)
+        try:
+            self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
+
+
+def post(
+    target: Target, body: bytes, headers: dict[str, str], *, timeout: float, tls: ssl.SSLContext | None = None
+) -> Outcome:
+    """POST `body` to `target` once (blocking; the caller runs it off the event loop)."""
     connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(host, parts.port, timeout=timeout)
+    if target.scheme == "https":
+        connection = PinnedHTTPSConnection(target, timeout=timeout, tls=tls or ssl.create_default_context())
     else:
-        connection = http.client.HTTPConnection(host, parts.port, timeout=timeout)
+        connection = PinnedHTTPConnection(target, timeout=timeout)
     try:
         connection.request(
             "POST",
-            path,
+            target.path,
             body=body,
             headers={**headers, "Content-Type": "application/json", "User-Agent": USER_AGENT},
         )

@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from pricing.document import MODEL_NAME_PATTERN
 from pricing.tokens import MAX_COMPLETIONS, MAX_TOKENS
 
 Count = Annotated[int, Meta(ge=0, le=MAX_TOKENS, description="a token count: a non-negative integer")]
@@ -136,7 +137,14 @@ class LongContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ModelPrice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    model: Annotated[str, Meta(min_length=1, max_length=200)]
+    model: Annotated[
+        str,
+        Meta(
+            pattern=MODEL_NAME_PATTERN,
+            max_length=128,
+            description="letters, digits and ._:/@+- starting with a letter or digit",
+        ),
+    ]
     max_input_tokens: Limit
     max_output_tokens: Limit
     rates: Rates

@@ -280,7 +280,7 @@ class PriceService:
         last = await repository.last_refresh(conn, doc.currency)
         latest = await repository.latest(conn, doc.currency)
         base = await repository.active(conn, doc.currency, datetime.now(UTC)) or latest
-        previous = None if base is None else parse_price_document(base.document)
+        previous = None if base is None else parse_price_document(base.document, stored=True)
         diff = None if previous is None else compare_documents(previous, doc)
 
         def result(outcome: RefreshOutcome, reason: str, **more: Any) -> PublishResult:
@@ -420,7 +420,7 @@ class PriceService:
         row = await repository.get(conn, version)
         if row is None:
             raise PriceVersionNotFound(f"price version {version!r} does not exist", param="price_version")
-        doc = parse_price_document(row.document)
+        doc = parse_price_document(row.document, stored=True)
         self._cache[version] = doc
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)

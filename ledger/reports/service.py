@@ -6,6 +6,8 @@ Invariants:
   and opening + sum(entry amounts) = closing (balance and held alike);
 - the CSV form is streamed from a server-side cursor, a batch of rows at a time, and
   carries the same numbers as the JSON form (an `opening` row first, a `closing` row last);
+  every CSV is written by `ledger.reports.csv_writer` (text a spreadsheet would run as a
+  formula gets a leading `'`; amounts stay numbers);
 - revenue is the sum of the revenue shards' entries from settles and true-ups in the
   period; the groups sum to the total exactly (true-ups may be negative: refunds).
 
@@ -16,9 +18,7 @@ running database transaction is final: entries carry their transaction's start t
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -28,24 +28,29 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ledger.db import read_only
 from ledger.errors import AccountNotFound, ValidationFailed
 from ledger.reports import repository
+from ledger.reports.csv_writer import CsvLayout
 from ledger.reports.repository import GroupBy
 from ledger.reports.schemas import KindTotal, Position, RevenueGroup, RevenueReport, Statement, StatementEntry
 from ledger.schemas import iso
 from pricing.money import add, format_amount
 
 BEGINNING = datetime(1, 1, 2, tzinfo=UTC)  # before any entry; a real bound keeps the index usable
-CSV_COLUMNS = (
-    "time",
-    "transaction_id",
-    "kind",
-    "amount",
-    "held_change",
-    "balance_after",
-    "held_after",
-    "hold_id",
-    "reference",
-    "reason",
+STATEMENT_CSV = CsvLayout(
+    (
+        "time",
+        "transaction_id",
+        "kind",
+        "amount",
+        "held_change",
+        "balance_after",
+        "held_after",
+        "hold_id",
+        "reference",
+        "reason",
+    ),
+    numeric=("transaction_id", "amount", "held_change", "balance_after", "held_after"),
 )
+REVENUE_CSV = CsvLayout(("key", "amount", "settles", "true_ups"), numeric=("amount", "settles", "true_ups"))
 
 
 def check_period(start: datetime | None, end: datetime | None) -> None:
@@ -68,18 +73,6 @@ def entry_view(row: Any) -> StatementEntry:
     )
 
 
-# A free-text cell starting with one of these is a formula to a spreadsheet (CSV
-# injection); a leading apostrophe makes it plain text there and is visible in the file.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def as_text(value: str | None) -> str | None:
-    """Free text (reference, reason) safe to open in a spreadsheet."""
-    if value is not None and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
-
-
 def entry_row(e: StatementEntry) -> list[str | None]:
     hold_id, reference, reason = e.notes()
     return [
@@ -91,14 +84,14 @@ def entry_row(e: StatementEntry) -> list[str | None]:
         e.balance_after,
         e.held_after,
         hold_id,
-        as_text(reference),
-        as_text(reason),
+        reference,
+        reason,
     ]
 
 
 def position_row(kind: str, at: datetime | None, balance: Decimal, held: Decimal) -> list[str | None]:
     """The `opening` / `closing` pseudo-rows: the position at `from` / `to` in balance_after, held_after."""
-    row: list[str | None] = [None] * len(CSV_COLUMNS)
+    row: list[str | None] = [None] * len(STATEMENT_CSV.columns)
     row[0], row[2], row[5], row[6] = (
         (iso(at) if at else None),
         kind,
@@ -106,14 +99,6 @@ def position_row(kind: str, at: datetime | None, balance: Decimal, held: Decimal
         format_amount(held),
     )
     return row
-
-
-def csv_lines(rows: Sequence[Sequence[str | None]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
-    return buffer.getvalue()
 
 
 class StatementHead:
@@ -196,10 +181,12 @@ class ReportService:
         async with read_only(self.snapshots) as conn:
             head = await self._head(conn, account_id, start, end)
             opening = position_row("opening", head.start, head.opening_balance, head.opening_held)
-            yield csv_lines([CSV_COLUMNS, opening])
+            yield STATEMENT_CSV.header() + STATEMENT_CSV.lines([opening])
             async for batch in repository.stream_entries(conn, **head.entry_params()):
-                yield csv_lines([entry_row(entry_view(row)) for row in batch])
-            yield csv_lines([position_row("closing", head.end, head.closing_balance, head.closing_held)])
+                yield STATEMENT_CSV.lines([entry_row(entry_view(row)) for row in batch])
+            yield STATEMENT_CSV.lines(
+                [position_row("closing", head.end, head.closing_balance, head.closing_held)]
+            )
 
     async def revenue(
         self, *, currency: str, group_by: GroupBy, start: datetime | None, end: datetime | None
@@ -231,8 +218,8 @@ class ReportService:
 
 
 def revenue_csv(report: RevenueReport) -> str:
-    return csv_lines(
-        [("key", "amount", "settles", "true_ups")]
-        + [[g.key, g.amount, str(g.settles), str(g.true_ups)] for g in report.groups]
+    """Header, a row per group (its key is text: a model name, an account id, a day), `total`."""
+    return REVENUE_CSV.header() + REVENUE_CSV.lines(
+        [[g.key, g.amount, str(g.settles), str(g.true_ups)] for g in report.groups]
         + [["total", report.total, None, None]]
     )

@@ -7,6 +7,7 @@ undelivered events, and the OpenAPI entries.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -14,8 +15,24 @@ import pytest
 from litestar.testing import TestClient
 
 from tests.conftest import ADMIN, FINANCE, GATEWAY, VIEWER, auth, new_id
+from tests.workers.alerts import names, resolving
 
 URL = "https://hooks.example.test/ledger?source=alerts"
+PUBLIC = "93.184.215.14"  # a global address; nothing here ever connects to it
+TEST_NAMES = {
+    "hooks.example.test": [PUBLIC],
+    "internal.example.test": ["10.20.30.40"],
+    "mixed.example.test": [PUBLIC, "169.254.169.254"],
+    "mapped.example.test": ["::ffff:127.0.0.1"],
+    "receiver.example.test": ["127.0.0.2"],
+}
+
+
+@pytest.fixture(autouse=True)
+def test_names(app: Any) -> Iterator[None]:
+    """The made-up names above resolve (other names, `localhost` included, as the system says)."""
+    with resolving(app, names(TEST_NAMES)):
+        yield
 
 
 def put(client: TestClient[Any], account_id: str, token: str = FINANCE, **body: Any) -> Any:
@@ -84,7 +101,7 @@ def test_removal_cancels_undelivered_events(
     client: TestClient[Any], make_account: Any, database: str
 ) -> None:
     account_id = make_account("10")
-    assert put(client, account_id, threshold="5", webhook_url="http://127.0.0.1:9/never").status_code == 200
+    assert put(client, account_id, threshold="5", webhook_url="http://127.0.0.2:9/never").status_code == 200
     r = client.post(
         f"/admin/v1/accounts/{account_id}/adjustments",
         json={"idempotency_key": new_id("adj"), "amount": "-6", "reason": "test correction"},
@@ -184,3 +201,74 @@ def test_openapi_documents_the_alert_routes(client: TestClient[Any]) -> None:
         assert {"401", "403", "404", "422"} <= set(operation["responses"])
     assert "415" in path["put"]["responses"]
     assert "/admin/v1/accounts/{account_id}/alert/events" in doc["paths"]
+
+
+INTERNAL = [
+    "http://127.0.0.1:8080/hook",  # loopback
+    "http://localhost:8080/hook",  # a name for it (the system resolver: /etc/hosts)
+    "http://2130706433/hook",  # 127.0.0.1 spelt as one decimal number
+    "http://0177.0.0.1/hook",  # octal
+    "http://0x7f.1/hook",  # hex, short form
+    "http://127.1/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",  # IPv4-mapped IPv6
+    "http://[::ffff:7f00:1]/hook",
+    "http://0.0.0.0:8000/hook",  # unspecified
+    "http://[::]/hook",
+    "http://169.254.169.254/latest/meta-data/",  # link-local: cloud metadata
+    "http://[fe80::1]/hook",
+    "http://10.1.2.3/hook",  # private
+    "http://172.16.0.1/hook",
+    "http://192.168.1.1/hook",
+    "http://[fc00::1]/hook",  # unique local
+    "http://100.64.0.1/hook",  # CGNAT
+    "http://198.18.0.1/hook",  # benchmarking
+    "http://192.0.2.1/hook",  # documentation
+    "http://224.0.0.1/hook",  # multicast
+    "http://[ff02::1]/hook",
+    "http://240.0.0.1/hook",  # reserved
+    "http://255.255.255.255/hook",
+    "http://[2002:7f00:1::]/hook",  # 6to4 carrying 127.0.0.1
+    "http://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 carrying 169.254.169.254
+    "http://127.0.0.3:9/hook",  # loopback beside the allow-listed 127.0.0.2
+    "https://internal.example.test/hook",  # a name for a private address
+    "https://mixed.example.test/hook",  # one public address and one link-local: every one counts
+    "https://mapped.example.test/hook",
+    "https://nowhere.example.test/hook",  # does not resolve
+]
+
+
+@pytest.mark.parametrize("url", INTERNAL)
+def test_internal_destinations_are_refused_when_set(
+    client: TestClient[Any], make_account: Any, url: str
+) -> None:
+    account_id = make_account("1")
+    r = put(client, account_id, webhook_url=url)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "validation_error"
+    assert r.json()["error"]["param"] == "webhook_url"
+    assert client.get(f"/admin/v1/accounts/{account_id}/alert", headers=auth(VIEWER)).status_code == 404
+    assert [e for e in audit_of(client, account_id) if e["action"].startswith("alert.")] == []
+
+
+@pytest.mark.parametrize(
+    "accepted",
+    [
+        URL,
+        f"https://{PUBLIC}:8443/x",
+        "http://127.0.0.2:9/allow-listed",  # inside LEDGER_WEBHOOK_ALLOWED_NETWORKS
+        "http://receiver.example.test:9/allow-listed",
+    ],
+)
+def test_public_and_allow_listed_destinations_are_accepted_and_a_refusal_keeps_them(
+    client: TestClient[Any], make_account: Any, accepted: str
+) -> None:
+    account_id = make_account("1")
+    r = put(client, account_id, webhook_url=accepted)
+    assert r.status_code == 200, r.text
+    assert r.json()["webhook_url"] == accepted
+    r = put(client, account_id, webhook_url="http://localhost:5432/")
+    assert (r.status_code, r.json()["error"]["param"]) == (422, "webhook_url"), r.text
+    assert "loopback" in r.json()["error"]["message"]
+    alert = client.get(f"/admin/v1/accounts/{account_id}/alert", headers=auth(VIEWER)).json()
+    assert alert["webhook_url"] == accepted

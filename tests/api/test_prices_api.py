@@ -224,3 +224,21 @@ def test_cli_publish_refresh_and_diff(database: str, tmp_path: Path) -> None:
     out = run_cli(database, "prices", "publish", str(bad))
     assert out.returncode == 2
     assert "refused" in out.stderr
+
+
+def test_model_names_a_spreadsheet_would_run_are_refused(client: TestClient[Any]) -> None:
+    listed = client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER))
+    before = len(listed.json()["data"])
+    for index, name in ((0, "=HYPERLINK(1)"), (0, "@cmd"), (1, "-2"), (1, "a model")):
+        doc = simple_document(fresh_currency())
+        doc["models"].append({**doc["models"][0], "model": "t-other"})
+        doc["models"][index]["model"] = name
+        r = client.post("/admin/v1/price-versions", json=doc, headers=auth(FINANCE))
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "validation_error"
+        assert r.json()["error"]["param"] == f"models[{index}].model"
+    listed = client.get("/admin/v1/price-versions", params={"limit": 500}, headers=auth(VIEWER))
+    assert len(listed.json()["data"]) == before
+    schema = client.get("/schema/openapi.json").json()["components"]["schemas"]
+    model = next(s for n, s in schema.items() if n.endswith("ModelPrice"))["properties"]["model"]
+    assert model["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"

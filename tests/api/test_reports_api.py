@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import json
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -421,3 +423,67 @@ def test_free_text_that_a_spreadsheet_would_run_is_quoted_in_csv(
         "-2+3",
         "plain, text",
     ]
+
+
+FORMULAS = [" =1+1", "\n=cmd", "\t@x", "+1", "-2", "\r-3", "  @SUM(A1)", "=HYPERLINK(1)"]
+HARMLESS = ["plain, text", "wire 42", "a-b=c"]
+
+
+def test_every_text_cell_that_a_spreadsheet_would_run_gets_an_apostrophe(
+    client: TestClient[Any], currency: str
+) -> None:
+    """References and reasons, after blanks or line breaks too; amounts (negative ones
+    included) stay numbers."""
+    account_id = open_account(client, currency, "")
+    for text in FORMULAS + HARMLESS:
+        r = client.post(
+            f"/admin/v1/accounts/{account_id}/deposits",
+            json={"idempotency_key": new_id("k"), "amount": "2", "reference": text},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+        r = client.post(
+            f"/admin/v1/accounts/{account_id}/adjustments",
+            json={"idempotency_key": new_id("k"), "amount": "-1.5", "reason": text},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+    rows = statement_csv(client, account_id, format="csv")[1:-1]
+    expected = ["'" + t for t in FORMULAS] + HARMLESS
+    assert [r["reference"] for r in rows if r["kind"] == "deposit"] == expected
+    assert [r["reason"] for r in rows if r["kind"] == "adjustment"] == expected
+    assert {r["amount"] for r in rows} == {"2", "-1.5"}
+    assert rows[-1]["balance_after"] == str(Decimal("0.5") * len(expected))
+    # JSON keeps every text as recorded
+    entries = statement(client, account_id)["entries"]
+    assert [e["reference"] for e in entries if e["kind"] == "deposit"] == FORMULAS + HARMLESS
+
+
+def test_revenue_keys_are_text_cells(client: TestClient[Any], sql: psycopg.Connection[Any]) -> None:
+    """A model name a spreadsheet would run (from a version published before the name rule,
+    written here by SQL) is a neutralised key in the revenue CSV; amounts stay numbers."""
+    code = fresh_currency()
+    legacy = document(code)
+    legacy["models"][0]["model"] = "=HYPERLINK(1)"
+    legacy["models"][1]["model"] = "@t-b"
+    sql.execute(
+        "INSERT INTO price_versions (content_hash, currency, effective_at, source, document, published_by) "
+        "VALUES (%s, %s, now() - interval '1 minute', 'legacy', %s::jsonb, 'test')",
+        (uuid.uuid4().hex * 2, code, json.dumps(legacy)),
+    )
+    sql.commit()
+    account_id = open_account(client, code, "1")
+    charge(client, account_id, "=HYPERLINK(1)", 100, 10)  # 0.0002 + 0.0001
+    charge(client, account_id, "@t-b", 100, 10)  # 0.0004 + 0.0002
+    r = client.get(
+        "/admin/v1/reports/revenue", params={"currency": code, "format": "csv"}, headers=auth(VIEWER)
+    )
+    assert r.status_code == 200, r.text
+    assert list(csv.reader(io.StringIO(r.text))) == [
+        ["key", "amount", "settles", "true_ups"],
+        ["'=HYPERLINK(1)", "0.0003", "1", "0"],
+        ["'@t-b", "0.0006", "1", "0"],
+        ["total", "0.0009", "", ""],
+    ]
+    keys = [g["key"] for g in revenue(client, currency=code)["groups"]]
+    assert keys == ["=HYPERLINK(1)", "@t-b"]

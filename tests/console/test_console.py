@@ -402,3 +402,33 @@ def test_read_pages_show_holds_runs_integrity_and_price_diff(
     missing = web.get("/console/prices/diff", params={"old": old, "new": "v999999999"})
     assert missing.status_code == 404
     assert "price_version_not_found" in missing.text
+
+
+def test_statement_download_neutralises_formulas_after_blanks(
+    web: TestClient[Any], make_account: Any, client: TestClient[Any]
+) -> None:
+    account_id = make_account()
+    for reference in (" =1+1", "\n=cmd", "\t@x", "ok"):
+        r = client.post(
+            f"/admin/v1/accounts/{account_id}/deposits",
+            json={"idempotency_key": new_id("dep"), "amount": "1", "reference": reference},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+    r = client.post(
+        f"/admin/v1/accounts/{account_id}/adjustments",
+        json={"idempotency_key": new_id("adj"), "amount": "-1.5", "reason": " -2"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code == 201, r.text
+    login(web, VIEWER)
+    r = web.get(f"/console/accounts/{account_id}/statement.csv")
+    assert r.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(r.text)))[1:-1]
+    assert [(x["amount"], x["reference"], x["reason"]) for x in rows] == [
+        ("1", "' =1+1", ""),
+        ("1", "'\n=cmd", ""),
+        ("1", "'\t@x", ""),
+        ("1", "ok", ""),
+        ("-1.5", "", "' -2"),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from pricing.document import (
+    MODEL_NAME_PATTERN,
     ModelPrice,
     Rates,
     content_hash,
@@ -292,3 +294,46 @@ def test_model_price_without_long_context_defaults() -> None:
     )
     assert price.long_context is None
     assert price.rates.items() == (("input", Decimal(1)), ("output", Decimal(2)))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        '=HYPERLINK("http://x")',
+        "+1",
+        "-2",
+        "@cmd",
+        "_private",
+        ".hidden",
+        "/path",
+        "gpt 5",
+        "gpt\t5",
+        "gpt\n5",
+        "a,b",
+        'a"b',
+        "a=b;c",
+        "mödel",
+        "m" * 129,
+    ],
+)
+def test_model_names_outside_the_safe_set_are_refused(name: str) -> None:
+    raw = contract_price_document()
+    raw["models"][1]["model"] = name
+    with pytest.raises(PriceDocumentInvalid) as info:
+        parse_price_document(raw)
+    assert info.value.param == "models[1].model"
+
+
+def test_real_names_pass_and_a_stored_document_keeps_the_names_it_was_published_with() -> None:
+    """A version published before the name rule stays readable: holds pinned to it still settle."""
+    for name in ("a", "7b", "gpt-5.1", "claude-sonnet-4-6", "org/model:v1@2026+beta_x", "M" * 128):
+        raw = contract_price_document()
+        raw["models"][1]["model"] = name
+        assert parse_price_document(raw).model_names()[1] == name
+        assert re.fullmatch(MODEL_NAME_PATTERN, name)  # the OpenAPI pattern says the same
+    raw = contract_price_document()
+    raw["models"][1]["model"] = "=legacy name"
+    assert parse_price_document(raw, stored=True).model_names()[1] == "=legacy name"
+    raw["models"][1]["model"] = " padded"
+    with pytest.raises(PriceDocumentInvalid):
+        parse_price_document(raw, stored=True)

@@ -1,16 +1,21 @@
 """Helpers of the alert tests: a local webhook receiver, alert configuration, a delivery pass.
 
-`Receiver` is a threaded http.server on 127.0.0.1 that records every request (path,
-headers, raw body) and answers the statuses it was given in order (then 200), after
-an optional delay: the "outside of the system" the delivery worker talks to.
+`Receiver` is a threaded http.server that records every request (path, headers, raw
+body, the TLS server name asked for) and answers the statuses it was given in order
+(then 200), after an optional delay: the "outside of the system" the delivery worker
+talks to. It listens on 127.0.0.2, the one address the tests' LEDGER_WEBHOOK_ALLOWED_NETWORKS
+allows (tests/conftest.py), unless told another host (a forbidden "internal service").
+`names` is the tests' DNS: a resolver seam mapping made-up host names to addresses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,17 +37,30 @@ class Received:
     body: bytes
 
 
+ALLOWED_HOST = "127.0.0.2"
+
+
 @dataclass
 class Receiver:
     statuses: list[int] = field(default_factory=list)
     delay: float = 0.0
+    host: str = ALLOWED_HOST
+    port: int = 0
+    tls: ssl.SSLContext | None = None
     requests: list[Received] = field(default_factory=list)
+    server_names: list[str | None] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
 
     @property
-    def url(self) -> str:
+    def bound_port(self) -> int:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/ledger"
+        port: int = self.server.server_address[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.bound_port}/hooks/ledger"
 
     def start(self) -> None:
         receiver = self
@@ -64,7 +82,10 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
+        if self.tls is not None:
+            self.tls.sni_callback = lambda _sock, name, _ctx: receiver.server_names.append(name)
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -81,6 +102,39 @@ def receiving(**kwargs: Any) -> Iterator[Receiver]:
         yield receiver
     finally:
         receiver.stop()
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+Resolve = Callable[[str, int], Sequence[str]]
+
+
+def names(mapping: dict[str, list[str]]) -> Resolve:
+    """A resolver that knows made-up names (host -> its addresses); any other host, IP
+    literals and `localhost` included, is resolved by the system."""
+    from ledger.alerts.destination import system_resolve
+
+    def resolve(host: str, port: int) -> list[str]:
+        return list(mapping[host]) if host in mapping else system_resolve(host, port)
+
+    return resolve
+
+
+@contextmanager
+def resolving(app: Any, resolve: Resolve) -> Iterator[None]:
+    """The session app's alert configuration resolves host names with `resolve` meanwhile."""
+    service = app.state.alerts
+    before = service.resolve
+    service.resolve = resolve
+    try:
+        yield
+    finally:
+        service.resolve = before
 
 
 def set_alert(client: TestClient[Any], account_id: str, threshold: str, url: str) -> dict[str, Any]:
@@ -147,15 +201,21 @@ def delivery_settings(settings: Any, **changes: Any) -> Any:
     return replace(settings, **{"webhook_secret": SECRET, "alert_retry_base_seconds": 0, **changes})
 
 
-def deliver(sa_url: str, settings: Any) -> dict[str, Any]:
-    """One delivery pass on a fresh engine of its own."""
+def due_now(database: str, event_id: int) -> None:
+    """Make a pending event due at once (its backoff is delivery state, so this may change)."""
+    with psycopg.connect(database) as conn:
+        conn.execute("UPDATE alert_events SET next_attempt_at = now() WHERE id = %s", (event_id,))
+
+
+def deliver(sa_url: str, settings: Any, **seams: Any) -> dict[str, Any]:
+    """One delivery pass on a fresh engine of its own (`seams`: `resolve`, `tls`)."""
     from ledger.alerts.delivery import deliver_pending
     from ledger.db import make_engine
 
     async def run() -> dict[str, Any]:
         engine = make_engine(sa_url, pool_size=2, max_overflow=2)
         try:
-            return await deliver_pending(engine, settings)
+            return await deliver_pending(engine, settings, **seams)
         finally:
             await engine.dispose()
 

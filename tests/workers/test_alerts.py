@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from litestar.testing import TestClient
 
-from tests.conftest import GATEWAY, VIEWER, auth
+from tests.conftest import FINANCE, GATEWAY, VIEWER, auth
 from tests.workers.alerts import (
     SECRET,
     Receiver,
@@ -101,7 +101,7 @@ def test_a_settle_that_crosses_sends_one_signed_alert(
     assert len([r for r in receiver.requests if json.loads(r.body)["account_id"] == account_id]) == 1
     assert len(events(database, account_id)) == 1
 
-    r = client.get(f"/admin/v1/accounts/{account_id}/alert/events", headers=auth(VIEWER))
+    r = client.get(f"/admin/v1/accounts/{account_id}/alert/events", headers=auth(FINANCE))
     assert r.status_code == 200, r.text
     [listed] = r.json()["data"]
     assert listed["id"] == event["event_id"] and listed["status"] == "delivered"
@@ -114,7 +114,7 @@ def test_no_event_without_a_crossing(
     client: TestClient[Any], make_account: Any, currency: str, database: str
 ) -> None:
     account_id = make_account("1", currency=currency)
-    set_alert(client, account_id, "0.5", "http://127.0.0.1:9/unused")
+    set_alert(client, account_id, "0.5", "http://127.0.0.2:9/unused")
     for _ in range(3):
         cycle(client, account_id, max_output=250, completion=500)
     deposit(client, account_id, "0.25")
@@ -130,7 +130,7 @@ def test_rearms_after_a_deposit(
     client: TestClient[Any], make_account: Any, currency: str, database: str
 ) -> None:
     account_id = make_account("0.01", currency=currency)
-    set_alert(client, account_id, "0.005", "http://127.0.0.1:9/unused")
+    set_alert(client, account_id, "0.005", "http://127.0.0.2:9/unused")
     cycle(client, account_id, max_output=250, completion=500)  # settle: 0.0055 -> 0.003, below
     cycle(client, account_id, max_output=100, completion=100)  # 0.003 -> 0: still below, nothing
     deposit(client, account_id, "0.01")  # 0 -> 0.01: above (re-armed)
@@ -150,7 +150,7 @@ def test_a_reserve_crossing_counts_and_a_committed_state_decides(
 ) -> None:
     """A reservation lowers available too; a rolled-back change records nothing."""
     account_id = make_account("0.01", currency=currency)
-    set_alert(client, account_id, "0.008", "http://127.0.0.1:9/unused")
+    set_alert(client, account_id, "0.008", "http://127.0.0.2:9/unused")
     cycle(client, account_id, max_output=250, completion=250)  # reserve: 0.0055 below; settle 0.0055
     assert [e["kind"] for e in events(database, account_id)] == ["below"]
 
@@ -209,7 +209,7 @@ def test_a_corrected_url_applies_to_pending_events(
     receiver: Receiver,
 ) -> None:
     account_id = make_account("0.01", currency=currency)
-    set_alert(client, account_id, "0.005", "http://127.0.0.1:9/wrong")
+    set_alert(client, account_id, "0.005", "http://127.0.0.2:9/wrong")
     cycle(client, account_id, max_output=250, completion=500)
     set_alert(client, account_id, "0.005", receiver.url)  # fixed before anything was sent
     deliver(sa_url, delivery_settings(settings))
@@ -222,7 +222,7 @@ def test_a_corrected_url_applies_to_pending_events(
             "JOIN alert_deliveries d ON d.event_id = e.id WHERE e.id = %s",
             (event["id"],),
         ).fetchall()
-    assert urls == [("http://127.0.0.1:9/wrong", receiver.url)]  # the event keeps what was configured
+    assert urls == [("http://127.0.0.2:9/wrong", receiver.url)]  # the event keeps what was configured
 
 
 def test_attempts_are_bounded_then_the_event_fails(
@@ -367,6 +367,8 @@ def test_the_deliver_alerts_actor_runs_on_a_ledger_worker(
             LEDGER_DATABASE_URL=database,
             LEDGER_REDIS_URL=private_redis.url,
             LEDGER_WEBHOOK_SECRET=SECRET,
+            LEDGER_WEBHOOK_ALLOW_HTTP="1",
+            LEDGER_WEBHOOK_ALLOWED_NETWORKS="127.0.0.2/32",
             LEDGER_GATEWAY_TOKENS="unused",
             LEDGER_LOG_FORMAT="json",
         ),
@@ -409,7 +411,7 @@ def test_an_alert_that_cannot_be_written_never_undoes_the_movement(
 ) -> None:
     """The crossing's writes fail (a sabotaging trigger, dropped after): the settle still commits."""
     account_id = make_account("0.01", currency=currency)
-    set_alert(client, account_id, "0.005", "http://127.0.0.1:9/unused")
+    set_alert(client, account_id, "0.005", "http://127.0.0.2:9/unused")
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(
             "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS "
