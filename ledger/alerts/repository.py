@@ -17,14 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 _ALERT = "account_id, threshold, webhook_url, below, created_at, updated_at"
 
+# `available` as every funds check reads it: expired grants' remainders count for nothing
+# (migration 0020's ledger_lapsed_grants).
+_AVAILABLE = "balance - ledger_lapsed_grants(id) + credit_limit - held AS available"
 _LOCK_ACCOUNT = text(
-    "SELECT id, currency, balance + credit_limit - held AS available FROM accounts "
-    "WHERE id = :id AND kind = 'customer' FOR UPDATE"
+    f"SELECT id, currency, {_AVAILABLE} FROM accounts WHERE id = :id AND kind = 'customer' FOR UPDATE"
 )
-_GET_ACCOUNT = text(
-    "SELECT id, currency, balance + credit_limit - held AS available FROM accounts "
-    "WHERE id = :id AND kind = 'customer'"
-)
+_GET_ACCOUNT = text(f"SELECT id, currency, {_AVAILABLE} FROM accounts WHERE id = :id AND kind = 'customer'")
 _GET = text(f"SELECT {_ALERT} FROM account_alerts WHERE account_id = :id AND active")
 _GET_ANY = text(f"SELECT {_ALERT}, active FROM account_alerts WHERE account_id = :id")
 _UPSERT = text(

@@ -177,3 +177,16 @@ def test_a_grant_that_lapses_while_a_hold_is_open_pays_none_of_its_settle(
     assert grants_of(client, account_id)[soon]["remaining"] == "0.004"
     assert balance(client, account_id)["paid"] == "-0.001"
     assert_integrity(client)
+
+
+def test_a_low_balance_alert_reads_available_without_a_lapsed_grant(
+    client: TestClient[Any], empty: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    """Set on an account whose only money is an expired grant: it starts below its threshold."""
+    from tests.api.test_alerts_api import put
+
+    account_id = empty["account"]
+    sql_grant(sql, account_id, "50", expires="now() - interval '1 second'", currency=empty["currency"])
+    r = put(client, account_id)
+    assert r.status_code == 200, r.text
+    assert (r.json()["available"], r.json()["state"]) == ("0", "below")
