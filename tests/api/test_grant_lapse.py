@@ -187,6 +187,6 @@ def test_a_low_balance_alert_reads_available_without_a_lapsed_grant(
 
     account_id = empty["account"]
     sql_grant(sql, account_id, "50", expires="now() - interval '1 second'", currency=empty["currency"])
-    r = put(client, account_id)
+    r = put(client, account_id, webhook_url="http://127.0.0.2:9/hook")  # an allow-listed receiver
     assert r.status_code == 200, r.text
     assert (r.json()["available"], r.json()["state"]) == ("0", "below")
