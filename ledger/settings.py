@@ -7,6 +7,7 @@ configuration table lists every variable below; keep the two in step.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -97,6 +98,13 @@ class Settings:
     # Where the tokens came from (the variable, or its _FILE), for start-time messages.
     gateway_tokens_source: str = "LEDGER_GATEWAY_TOKENS"
     admin_tokens_source: str = "LEDGER_ADMIN_TOKENS"
+    # Failed authentications (401) per client address before it gets 429, and the
+    # window they are counted in (ledger.http.throttle); addresses tracked at most.
+    auth_failure_limit: int = 20
+    auth_failure_window_seconds: int = 60
+    auth_throttle_addresses: int = 10_000
+    # Peers (IP addresses or networks) whose X-Forwarded-For names the client.
+    trusted_proxies: tuple[str, ...] = ()
     # Low-balance alerts (ledger.alerts). Without a webhook secret, crossings are recorded
     # but nothing is sent (the events wait, pending, until a secret is configured).
     webhook_secret: str | None = None
@@ -159,6 +167,16 @@ def _list(raw: str | None) -> tuple[str, ...]:
     if not raw:
         return ()
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _networks(env: dict[str, str], name: str) -> tuple[str, ...]:
+    found = _list(env.get(name))
+    for item in found:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError as exc:
+            raise SettingsError(f"{name} entries must be IP addresses or networks, got {item!r}") from exc
+    return found
 
 
 def normalize_database_url(url: str) -> str:
@@ -242,6 +260,10 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
         identity_secret=identity_secret,
+        auth_failure_limit=_int(env, "LEDGER_AUTH_FAILURE_LIMIT", 20, minimum=1),
+        auth_failure_window_seconds=_int(env, "LEDGER_AUTH_FAILURE_WINDOW_SECONDS", 60, minimum=1),
+        auth_throttle_addresses=_int(env, "LEDGER_AUTH_THROTTLE_ADDRESSES", 10_000, minimum=1),
+        trusted_proxies=_networks(env, "LEDGER_TRUSTED_PROXIES"),
         max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),
         webhook_secret=webhook_secret,
         alert_interval_seconds=_int(env, "LEDGER_ALERT_INTERVAL_SECONDS", 10, minimum=1),

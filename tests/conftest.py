@@ -29,6 +29,9 @@ TEST_ENV = {
     "LEDGER_GATEWAY_TOKENS": GATEWAY,
     "LEDGER_ADMIN_TOKENS": f"{ADMIN}:admin,{FINANCE}:finance,{VIEWER}:viewer",
     "LEDGER_IDENTITY_SECRET": IDENTITY_SECRET,
+    # The suite's tests share one client address; some send wrong tokens on purpose.
+    # The throttle's own tests build apps with a low limit (tests/api/test_auth_throttle.py).
+    "LEDGER_AUTH_FAILURE_LIMIT": "100000",
     "LEDGER_RECONCILE_GRACE_SECONDS": "0",
     "LEDGER_LOG_FORMAT": "console",
     "LEDGER_LOG_LEVEL": "warning",

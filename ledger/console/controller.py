@@ -53,6 +53,7 @@ from ledger.http.body import validation_param
 from ledger.http.errors import translate
 from ledger.http.query import Cursor
 from ledger.http.request import actor_of
+from ledger.http.throttle import AuthThrottle, record_failure, refuse_if_blocked
 from ledger.integrity import service as integrity
 from ledger.prices.service import PriceService
 from ledger.reconciliation.service import ReconciliationService
@@ -159,9 +160,12 @@ class ConsoleLoginController(Controller):
             return _login_page(
                 request, target=target, message="The login form expired; try again.", status=403
             )
+        throttle: AuthThrottle = request.app.state.auth_throttle
+        refuse_if_blocked(throttle, request.scope)
         registry: TokenRegistry = request.app.state.tokens
         principal = registry.lookup(str(form.get("token") or "").strip())
         if principal is None or principal.fingerprint not in keys_of(request).principals:
+            record_failure(throttle, request.scope)
             log.warning("console.login_refused")
             return _login_page(
                 request, target=target, message="That is not an admin token of this ledger.", status=401

@@ -10,7 +10,8 @@ whitespace is trimmed); a known token on the wrong surface, or a role
 too low, is 403. A token is looked up by its SHA-256 digest (one dict probe: its timing
 depends on the digest, never on the token's bytes); what logs and the audit log record
 is its identity (`ledger.identity`: the operator's name for it, or a keyed fingerprint),
-never the token nor an unkeyed hash of it.
+never the token nor an unkeyed hash of it. Every 401 is counted against the client's
+address, and an address over the limit is answered 429 (`ledger.http.throttle`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from ledger.errors import Forbidden, Unauthorized
+from ledger.http.throttle import guard_throttle
 from ledger.identity import fingerprint, identity_key
 from ledger.settings import ROLES, Role, Settings
 
@@ -88,7 +90,8 @@ def authenticate(registry: TokenRegistry, authorization: str | None) -> Principa
 
 
 def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-    principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
+    with guard_throttle(connection):
+        principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
     connection.state.principal = principal
     structlog.contextvars.bind_contextvars(actor=principal.identity)
     return principal
