@@ -98,6 +98,8 @@ class Settings:
     # Where the tokens came from (the variable, or its _FILE), for start-time messages.
     gateway_tokens_source: str = "LEDGER_GATEWAY_TOKENS"
     admin_tokens_source: str = "LEDGER_ADMIN_TOKENS"
+    # The console's cookies carry `Secure` (sent over https only).
+    console_secure_cookie: bool = True
     # Failed authentications (401) per client address before it gets 429, and the
     # window they are counted in (ledger.http.throttle); addresses tracked at most.
     auth_failure_limit: int = 20
@@ -260,6 +262,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
         identity_secret=identity_secret,
+        console_secure_cookie=_flag(env, "LEDGER_CONSOLE_SECURE_COOKIE", database_url is not None),
         auth_failure_limit=_int(env, "LEDGER_AUTH_FAILURE_LIMIT", 20, minimum=1),
         auth_failure_window_seconds=_int(env, "LEDGER_AUTH_FAILURE_WINDOW_SECONDS", 60, minimum=1),
         auth_throttle_addresses=_int(env, "LEDGER_AUTH_THROTTLE_ADDRESSES", 10_000, minimum=1),

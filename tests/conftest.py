@@ -32,6 +32,8 @@ TEST_ENV = {
     # The suite's tests share one client address; some send wrong tokens on purpose.
     # The throttle's own tests build apps with a low limit (tests/api/test_auth_throttle.py).
     "LEDGER_AUTH_FAILURE_LIMIT": "100000",
+    # The test client and the test servers speak plain http.
+    "LEDGER_CONSOLE_SECURE_COOKIE": "0",
     "LEDGER_RECONCILE_GRACE_SECONDS": "0",
     "LEDGER_LOG_FORMAT": "console",
     "LEDGER_LOG_LEVEL": "warning",

@@ -5,16 +5,16 @@ Invariants:
   (`ledger.identity`), its role, a random nonce and an expiry, signed with HMAC-SHA256
   under the console key (`LEDGER_CONSOLE_SECRET`, else derived from the identity key,
   so every process that shares the identity key shares the console key);
-- a cookie is honoured only while its signature verifies, it has not expired, and its
-  fingerprint still belongs to a configured admin token with the same role, so removing
-  a token from `LEDGER_ADMIN_TOKENS` (and restarting) ends its sessions;
+- a cookie is honoured only while its signature verifies, it has not expired, its
+  fingerprint still belongs to a configured admin token with the same role (removing
+  a token from `LEDGER_ADMIN_TOKENS` and restarting ends its sessions), and its nonce
+  names a live row of `console_sessions` (`sessions.py`: logout revokes it there);
 - the CSRF token of a session is HMAC(key, "csrf" | nonce): a page can embed it, the
   cookie cannot be derived from it, and a forged form from another site has neither;
 - before login, a separate short-lived nonce cookie and the login form's hidden field
   must match (double submit), so another site cannot log a browser in as someone else.
 
-Stateless: any process holding the same key accepts the cookie. Logout clears the
-cookie in the browser; a copied cookie stays valid until it expires (`SESSION_SECONDS`).
+This module is the cookie's half (no I/O); the database's half is `sessions.py`.
 """
 
 from __future__ import annotations
