@@ -71,20 +71,23 @@ def test_a_copied_cookie_stops_working_after_logout_in_every_process(
 ) -> None:
     assert login(web, VIEWER).status_code == 303
     copied = web.cookies["ledger_console"]
+    page = web.get("/console/accounts")
+    r = web.post(
+        "/console/logout", data={"csrf_token": hidden(page.text, "csrf_token")}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    # the copy, in this process: back to the login page
+    web.cookies.set("ledger_console", copied)
+    r = web.get("/console/accounts", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/console/login")
     with app_client(database) as other:
+        # and in another process, which does accept a live session of the first
         other.cookies.set("ledger_console", copied)
-        assert other.get("/console/accounts", follow_redirects=False).status_code == 200
-        page = web.get("/console/accounts")
-        r = web.post(
-            "/console/logout", data={"csrf_token": hidden(page.text, "csrf_token")}, follow_redirects=False
-        )
-        assert r.status_code == 303
-        # the copy, in this process and in the other one: back to the login page
-        web.cookies.set("ledger_console", copied)
-        r = web.get("/console/accounts", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"].startswith("/console/login")
         r = other.get("/console/accounts", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"].startswith("/console/login")
+        assert login(web, VIEWER).status_code == 303
+        other.cookies.set("ledger_console", web.cookies["ledger_console"])
+        assert other.get("/console/accounts", follow_redirects=False).status_code == 200
 
 
 def test_expired_sessions_are_pruned_at_login(web: TestClient[Any], database: str) -> None:
