@@ -60,6 +60,7 @@ class AuthThrottle:
         self.clock = clock
         self._windows: OrderedDict[str, list[float]] = OrderedDict()  # address -> [start, failures]
         self.blocked: dict[str, float] = {}  # address -> refused until (clock time)
+        self._next_purge = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AuthThrottle:
@@ -72,15 +73,26 @@ class AuthThrottle:
 
     def retry_after(self, address: str) -> int | None:
         """Seconds until `address` may try again, or None if it is not refused."""
+        now = self.clock()
+        if now >= self._next_purge:
+            self._purge(now)
         until = self.blocked.get(address)
         if until is None:
             return None
-        left = until - self.clock()
+        left = until - now
         if left <= 0:
             del self.blocked[address]
             self._windows.pop(address, None)
             return None
         return max(1, math.ceil(left))
+
+    def _purge(self, now: float) -> None:
+        """Forget refusals that have ended (at most once a second), so that `blocked` empties
+        again once an attack stops and requests go back to paying one truth test."""
+        self._next_purge = now + 1
+        for address in [a for a, until in self.blocked.items() if until <= now]:
+            del self.blocked[address]
+            self._windows.pop(address, None)
 
     def fail(self, address: str) -> None:
         now = self.clock()

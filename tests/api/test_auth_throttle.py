@@ -92,6 +92,14 @@ def test_window_passes_and_addresses_are_separate() -> None:
     # a new window starts from zero
     throttle.fail("10.0.0.1")
     assert throttle.retry_after("10.0.0.1") is None
+    # ended refusals are forgotten even if their address never comes back
+    throttle.fail("10.0.0.4")
+    throttle.fail("10.0.0.4")
+    throttle.fail("10.0.0.4")
+    assert set(throttle.blocked) == {"10.0.0.4"}
+    now[0] += 61
+    assert throttle.retry_after("10.0.0.5") is None
+    assert not throttle.blocked
     # failures spread beyond one window never add up
     for _ in range(5):
         now[0] += 61
