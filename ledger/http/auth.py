@@ -25,7 +25,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from ledger.errors import Forbidden, Unauthorized
-from ledger.http.throttle import guard_throttle
+from ledger.http.throttle import AuthThrottle, record_failure, refuse_if_blocked
 from ledger.identity import fingerprint, identity_key
 from ledger.settings import ROLES, Role, Settings
 
@@ -90,8 +90,13 @@ def authenticate(registry: TokenRegistry, authorization: str | None) -> Principa
 
 
 def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-    with guard_throttle(connection):
+    throttle: AuthThrottle = connection.app.state.auth_throttle
+    refuse_if_blocked(throttle, connection.scope)
+    try:
         principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
+    except Unauthorized:
+        record_failure(throttle, connection.scope)
+        raise
     connection.state.principal = principal
     structlog.contextvars.bind_contextvars(actor=principal.identity)
     return principal

@@ -26,14 +26,12 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
-from litestar.connection import ASGIConnection
 
-from ledger.errors import TooManyRequests, Unauthorized
+from ledger.errors import TooManyRequests
 from ledger.http.errors import error_response
 from ledger.metrics import AUTH_FAILURES, AUTH_THROTTLED
 from ledger.settings import Settings
@@ -153,19 +151,8 @@ def refuse_if_blocked(throttle: AuthThrottle, scope: Any) -> None:
         )
 
 
-@contextmanager
-def guard_throttle(connection: ASGIConnection[Any, Any, Any, Any]) -> Iterator[None]:
-    """Around an authentication: refuse a blocked address first; count a 401 as a failure."""
-    throttle: AuthThrottle = connection.app.state.auth_throttle
-    refuse_if_blocked(throttle, connection.scope)
-    try:
-        yield
-    except Unauthorized:
-        record_failure(throttle, connection.scope)
-        raise
-
-
 def record_failure(throttle: AuthThrottle, scope: Any) -> None:
+    """One failed authentication (a 401) from the request's client address."""
     AUTH_FAILURES.labels(surface_of(scope["path"])).inc()
     throttle.fail(throttle.client_address(scope))
 
