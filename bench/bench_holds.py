@@ -67,7 +67,8 @@ from wrk_cycles import ACCOUNT_PREFIX, HOT_ACCOUNT, LoadRun, find_wrk, run_wrk
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VENV_BIN = Path(sys.executable).parent
-ADMIN_TOKEN, GATEWAY_TOKEN = "bench-admin", "bench-gw"
+# `ledger serve` with a database refuses tokens shorter than 32 characters.
+ADMIN_TOKEN, GATEWAY_TOKEN = "bench-admin-token-5d0c8a2e6f1b9374", "bench-gateway-token-1e9b4f7a3c0d8265"
 SPREAD_DEPOSIT, HOT_DEPOSIT = "100000", "10000000"
 PGBENCH_SCALE = {"spread": 10, "one account": 1}
 
@@ -101,6 +102,7 @@ class Service:
             LEDGER_DATABASE_URL=self.db_url,
             LEDGER_GATEWAY_TOKENS=GATEWAY_TOKEN,
             LEDGER_ADMIN_TOKENS=f"{ADMIN_TOKEN}:admin",
+            LEDGER_IDENTITY_SECRET="bench-identity-secret-7a2c9e4b0d1f6835",
             LEDGER_LOG_LEVEL="warning",
         )
         if self.workers is not None:

@@ -22,6 +22,7 @@ from ledger.alerts.service import AlertService
 from ledger.budgets.controller import AdminBudgetController
 from ledger.budgets.service import BudgetService
 from ledger.db import make_engine
+from ledger.errors import TooManyRequests
 from ledger.grants.controller import AdminGrantController
 from ledger.grants.service import GrantService
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
@@ -31,6 +32,7 @@ from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.fastlane import FastLane
 from ledger.http.middleware import request_context_middleware
+from ledger.http.throttle import AuthThrottle, throttled_response
 from ledger.openapi import assets_router, finish
 from ledger.openapi import config as openapi_config
 from ledger.ops.controller import AdminOpsController, HealthController
@@ -88,6 +90,7 @@ def create_app(
         app.state.engine = engine
         app.state.settings = settings
         app.state.tokens = TokenRegistry(settings)
+        app.state.auth_throttle = AuthThrottle.from_settings(settings)
         app.state.accounts = AccountService(engine)
         app.state.budgets = BudgetService(engine)
         app.state.grants = GrantService(engine)
@@ -108,7 +111,7 @@ def create_app(
         lifespan=[lifespan],
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
-        exception_handlers={Exception: handle_exception},
+        exception_handlers={Exception: handle_exception, TooManyRequests: throttled_response},
         # Every handler gets the admission checks (query keys, NUL, content type, JSON
         # screening); no layer below the app may set its own before_request hook.
         before_request=admit,

@@ -75,6 +75,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
+    from ledger.identity import serve_refusal
+
+    refusal = serve_refusal(settings)
+    if refusal is not None:
+        print(f"ledger serve: {refusal}", file=sys.stderr)
+        return 2
     workers = args.workers or settings.web_workers
     metrics_dir: str | None = None
     if workers > 1 and not settings.embedded:
@@ -110,10 +116,10 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
             "ledger: DEV TOKENS in force (set LEDGER_GATEWAY_TOKENS / LEDGER_ADMIN_TOKENS to replace them):",
             flush=True,
         )
-        for token in settings.gateway_tokens:
-            print(f"  gateway: Authorization: Bearer {token}", flush=True)
-        for token, role in settings.admin_tokens:
-            print(f"  admin ({role}): Authorization: Bearer {token}", flush=True)
+        for gateway in settings.gateway_tokens:
+            print(f"  gateway: Authorization: Bearer {gateway.token}", flush=True)
+        for admin in settings.admin_tokens:
+            print(f"  admin ({admin.role}): Authorization: Bearer {admin.token}", flush=True)
     elif not settings.gateway_tokens and not settings.admin_tokens:
         print(
             "ledger: no tokens configured: every /v1 and /admin/v1 call will be refused with 401",

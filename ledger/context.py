@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Actor:
-    identity: str  # e.g. "finance:3f2a9c1b7d20", "gateway:...", "reconciler", "cli"
+    identity: str  # e.g. "finance:alice", "finance:3f2a9c1b7d20e4a5" (ledger.identity), "reconciler", "cli"
     role: str
     request_id: str | None = None
 

@@ -146,6 +146,16 @@ class PriceDocumentRefused(ValidationFailed):
     code = "validation_error"
 
 
+class TooManyRequests(LedgerError):
+    """Too many failed authentications from this client address: wait `retry_after` seconds."""
+
+    status, code, type = 429, "rate_limited", "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ServiceUnavailable(LedgerError):
     status, code, type = 503, "service_unavailable", "service_unavailable"
 

@@ -76,6 +76,18 @@ FAST_LANE = Counter(
     ["route", "outcome"],
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "ledger_auth_failures_total",
+    "Failed authentications (401 on a bearer token or a console login) by surface",
+    ["surface"],
+    registry=REGISTRY,
+)
+AUTH_THROTTLED = Counter(
+    "ledger_auth_throttled_total",
+    "Authentication attempts refused with 429 (too many failures from the address) by surface",
+    ["surface"],
+    registry=REGISTRY,
+)
 OVERAGE_FLAGGED = Counter(
     "ledger_overage_flagged_total",
     "Settles charged above LEDGER_MAX_OVERAGE_FACTOR x the hold (recorded, flagged, account marked)",

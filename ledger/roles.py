@@ -12,6 +12,8 @@ runs as a separate role that `grant_service_role` grants only what the code need
   `budgets` (a key's held and spent move with its holds; finance sets its terms);
   `grants` (the entry trigger moves a grant's cached remaining; settles lock grant rows);
   `account_alerts` (threshold, armed side) and `alert_events` (delivery state, until finished);
+  `console_sessions` (logout sets `revoked_at`; expired rows are pruned by a function
+  of the owner's, never by a DELETE of the service's);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
 - identity sequences: USAGE; schema `public`: USAGE, and nobody but the owner may
   CREATE in it;
@@ -35,7 +37,16 @@ from psycopg import sql
 from ledger.settings import libpq_url
 
 UPDATABLE = frozenset(
-    {"accounts", "holds", "reconciliation_runs", "budgets", "grants", "account_alerts", "alert_events"}
+    {
+        "accounts",
+        "holds",
+        "reconciliation_runs",
+        "budgets",
+        "grants",
+        "account_alerts",
+        "alert_events",
+        "console_sessions",
+    }
 )
 READ_ONLY = frozenset({"alembic_version"})
 

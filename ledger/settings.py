@@ -14,15 +14,27 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
-Role = Literal["viewer", "finance", "admin"]
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-ROLES: tuple[Role, ...] = ("viewer", "finance", "admin")
+from ledger.tokens import (
+    ROLES,
+    AdminToken,
+    GatewayToken,
+    Role,
+    SettingsError,
+    admin_tokens,
+    gateway_tokens,
+    read_secret,
+    read_value,
+)
 
-DEV_GATEWAY_TOKENS = ("dev-gateway",)
-DEV_ADMIN_TOKENS: tuple[tuple[str, Role], ...] = (
-    ("dev-admin", "admin"),
-    ("dev-finance", "finance"),
-    ("dev-viewer", "viewer"),
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+__all__ = ["ROLES", "AdminToken", "GatewayToken", "Role", "Settings", "SettingsError", "load_settings"]
+
+DEV_GATEWAY_TOKENS = (GatewayToken("dev-gateway"),)
+DEV_ADMIN_TOKENS = (
+    AdminToken("dev-admin", "admin"),
+    AdminToken("dev-finance", "finance"),
+    AdminToken("dev-viewer", "viewer"),
 )
 
 
@@ -31,17 +43,13 @@ EMBEDDED_RECONCILE_GRACE = 5
 EMBEDDED_RECONCILE_INTERVAL = 5
 
 
-class SettingsError(ValueError):
-    """A `LEDGER_*` variable has a value that cannot be used."""
-
-
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None
     redis_url: str | None
     data_dir: Path
-    gateway_tokens: tuple[str, ...]
-    admin_tokens: tuple[tuple[str, Role], ...]
+    gateway_tokens: tuple[GatewayToken, ...]
+    admin_tokens: tuple[AdminToken, ...]
     dev_tokens: bool
     host: str
     port: int
@@ -86,9 +94,24 @@ class Settings:
     # document, the largest body, is a few KiB.
     max_body_bytes: int = 1_048_576
     extra: dict[str, str] = field(default_factory=dict)
-    # Key that signs finance-console session cookies. None: a random key per process
-    # start (sessions end at restart and are not shared between processes).
+    # Key that signs finance-console session cookies. None: derived from the identity key.
     console_secret: str | None = None
+    # Key of the keyed fingerprints that identify tokens in the audit log and logs
+    # (ledger.identity). None: required outside embedded mode; embedded, a random key
+    # kept in `data_dir`.
+    identity_secret: str | None = None
+    # Where the tokens came from (the variable, or its _FILE), for start-time messages.
+    gateway_tokens_source: str = "LEDGER_GATEWAY_TOKENS"
+    admin_tokens_source: str = "LEDGER_ADMIN_TOKENS"
+    # The console's cookies carry `Secure` (sent over https only).
+    console_secure_cookie: bool = True
+    # Failed authentications (401) per client address before it gets 429, and the
+    # window they are counted in (ledger.http.throttle); addresses tracked at most.
+    auth_failure_limit: int = 20
+    auth_failure_window_seconds: int = 60
+    auth_throttle_addresses: int = 10_000
+    # Peers (IP addresses or networks) whose X-Forwarded-For names the client.
+    trusted_proxies: tuple[Network, ...] = ()
     # Low-balance alerts (ledger.alerts). Without a webhook secret, crossings are recorded
     # but nothing is sent (the events wait, pending, until a secret is configured).
     webhook_secret: str | None = None
@@ -157,23 +180,12 @@ def _list(raw: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
-def _admin_tokens(raw: str | None) -> tuple[tuple[str, Role], ...]:
-    pairs: list[tuple[str, Role]] = []
-    for item in _list(raw):
-        token, sep, role = item.rpartition(":")
-        if not sep or not token:
-            raise SettingsError("LEDGER_ADMIN_TOKENS entries must be token:role")
-        if role not in ROLES:
-            raise SettingsError(f"LEDGER_ADMIN_TOKENS role must be one of {', '.join(ROLES)}, got {role!r}")
-        pairs.append((token, role))
-    return tuple(pairs)
-
-
-def _networks(env: dict[str, str], name: str) -> tuple[Network, ...]:
+def _networks(env: dict[str, str], name: str, *, strict: bool = True) -> tuple[Network, ...]:
+    """Comma-separated addresses or CIDRs; `strict` refuses host bits set (10.0.0.1/8)."""
     networks: list[Network] = []
     for item in _list(env.get(name)):
         try:
-            networks.append(ipaddress.ip_network(item, strict=True))
+            networks.append(ipaddress.ip_network(item, strict=strict))
         except ValueError as exc:
             message = f"{name} must be comma-separated CIDRs such as 10.8.0.0/16, got {item!r}"
             raise SettingsError(message) from exc
@@ -198,19 +210,20 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     database_url = env.get("LEDGER_DATABASE_URL") or None
     if database_url is not None:
         database_url = normalize_database_url(database_url)
-    gateway_tokens = _list(env.get("LEDGER_GATEWAY_TOKENS"))
-    admin_tokens = _admin_tokens(env.get("LEDGER_ADMIN_TOKENS"))
+    gateway_source = read_value(env, "LEDGER_GATEWAY_TOKENS")
+    admin_source = read_value(env, "LEDGER_ADMIN_TOKENS")
+    gateway = gateway_tokens(gateway_source)
+    admin = admin_tokens(admin_source)
     dev_tokens = False
-    if database_url is None and not gateway_tokens and not admin_tokens:
+    if database_url is None and not gateway and not admin:
         # Embedded (development) mode with nothing configured: well-known dev tokens,
         # printed at start. Never applied when a real database is configured.
-        gateway_tokens, admin_tokens, dev_tokens = DEV_GATEWAY_TOKENS, DEV_ADMIN_TOKENS, True
+        gateway, admin, dev_tokens = DEV_GATEWAY_TOKENS, DEV_ADMIN_TOKENS, True
     log_format = env.get("LEDGER_LOG_FORMAT", "auto")
     if log_format not in ("json", "console", "auto"):
         raise SettingsError("LEDGER_LOG_FORMAT must be json, console or auto")
-    console_secret = env.get("LEDGER_CONSOLE_SECRET") or None
-    if console_secret is not None and len(console_secret) < 32:
-        raise SettingsError("LEDGER_CONSOLE_SECRET must be at least 32 characters")
+    console_secret = read_secret(env, "LEDGER_CONSOLE_SECRET")
+    identity_secret = read_secret(env, "LEDGER_IDENTITY_SECRET")
     webhook_secret = env.get("LEDGER_WEBHOOK_SECRET") or None
     if webhook_secret is not None and len(webhook_secret) < 32:
         raise SettingsError("LEDGER_WEBHOOK_SECRET must be at least 32 characters")
@@ -219,9 +232,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         database_url=database_url,
         redis_url=env.get("LEDGER_REDIS_URL") or None,
         data_dir=Path(env.get("LEDGER_DATA_DIR") or ".ledger"),
-        gateway_tokens=gateway_tokens,
-        admin_tokens=admin_tokens,
+        gateway_tokens=gateway,
+        admin_tokens=admin,
         dev_tokens=dev_tokens,
+        gateway_tokens_source=gateway_source.source,
+        admin_tokens_source=admin_source.source,
         host=env.get("LEDGER_HOST", "127.0.0.1"),
         port=_int(env, "LEDGER_PORT", 8000, minimum=0),
         web_workers=_int(env, "LEDGER_WEB_WORKERS", 1, minimum=1),
@@ -258,6 +273,12 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         ),
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
+        identity_secret=identity_secret,
+        console_secure_cookie=_flag(env, "LEDGER_CONSOLE_SECURE_COOKIE", database_url is not None),
+        auth_failure_limit=_int(env, "LEDGER_AUTH_FAILURE_LIMIT", 20, minimum=1),
+        auth_failure_window_seconds=_int(env, "LEDGER_AUTH_FAILURE_WINDOW_SECONDS", 60, minimum=1),
+        auth_throttle_addresses=_int(env, "LEDGER_AUTH_THROTTLE_ADDRESSES", 10_000, minimum=1),
+        trusted_proxies=_networks(env, "LEDGER_TRUSTED_PROXIES", strict=False),
         max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),
         webhook_secret=webhook_secret,
         alert_interval_seconds=_int(env, "LEDGER_ALERT_INTERVAL_SECONDS", 10, minimum=1),

@@ -18,14 +18,22 @@ from litestar.testing import TestClient
 from ledger.settings import load_settings, normalize_database_url
 from tests import pg
 
-GATEWAY = "test-gateway-token"
-ADMIN = "test-admin-token"
-FINANCE = "test-finance-token"
-VIEWER = "test-viewer-token"
+# Outside embedded mode `ledger serve` refuses tokens shorter than 32 characters.
+GATEWAY = "test-gateway-token-4c1f0e9a7b2d6e35"
+ADMIN = "test-admin-token-8d2b7c4e1a9f0635"
+FINANCE = "test-finance-token-3e7a9c1d5b0f2846"
+VIEWER = "test-viewer-token-6b0d2f8e4a1c9753"
+IDENTITY_SECRET = "test-identity-secret-5f2a8c0e7b3d1946"
 
 TEST_ENV = {
     "LEDGER_GATEWAY_TOKENS": GATEWAY,
     "LEDGER_ADMIN_TOKENS": f"{ADMIN}:admin,{FINANCE}:finance,{VIEWER}:viewer",
+    "LEDGER_IDENTITY_SECRET": IDENTITY_SECRET,
+    # The suite's tests share one client address; some send wrong tokens on purpose.
+    # The throttle's own tests build apps with a low limit (tests/api/test_auth_throttle.py).
+    "LEDGER_AUTH_FAILURE_LIMIT": "100000",
+    # The test client and the test servers speak plain http.
+    "LEDGER_CONSOLE_SECURE_COOKIE": "0",
     "LEDGER_RECONCILE_GRACE_SECONDS": "0",
     "LEDGER_LOG_FORMAT": "console",
     "LEDGER_LOG_LEVEL": "warning",

@@ -1,7 +1,8 @@
 """Who is using the console: the session guard, role checks and CSRF checks of form posts.
 
-A console request is authenticated by its session cookie (see `session.py`), never by
-a bearer header; the guard puts the same `Principal` the admin API would have on
+A console request is authenticated by its session cookie (see `session.py`) and the
+session's live row in the database (`sessions.py`), never by a bearer header; the
+guard puts the same `Principal` the admin API would have on
 `connection.state.principal`, so `actor_of(request)` and the audit log record the
 console user exactly as they would record that token on the API. Roles are the API's:
 a handler states its minimum in `opt={"role": ...}` (default viewer).
@@ -18,6 +19,7 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import FormMultiDict
 from litestar.handlers.base import BaseRouteHandler
 
+from ledger.console import sessions
 from ledger.console.session import SESSION_COOKIE, ConsoleKeys, SessionData
 from ledger.errors import Forbidden
 from ledger.http.auth import Principal
@@ -59,7 +61,7 @@ def may(principal: Principal, role: Role) -> bool:
 
 async def console_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
     found = keys_of(connection).read(connection.cookies.get(SESSION_COOKIE))
-    if found is None:
+    if found is None or not await sessions.is_live(connection.app.state.engine, found[0].nonce):
         path = connection.url.path
         query = connection.url.query
         target = f"{path}?{query}" if query and connection.scope.get("method") == "GET" else path

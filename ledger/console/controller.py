@@ -26,7 +26,7 @@ from litestar.types import ExceptionHandlersMap
 
 from ledger.accounts.schemas import AdjustmentRequest, DepositRequest
 from ledger.accounts.service import AccountService, account_view
-from ledger.console import repository
+from ledger.console import repository, sessions
 from ledger.console.auth import (
     LoginRequired,
     checked_form,
@@ -37,6 +37,7 @@ from ledger.console.auth import (
     may,
     safe_next,
 )
+from ledger.console.headers import console_headers
 from ledger.console.session import (
     COOKIE_PATH,
     LOGIN_COOKIE,
@@ -53,6 +54,7 @@ from ledger.http.body import validation_param
 from ledger.http.errors import translate
 from ledger.http.query import Cursor
 from ledger.http.request import actor_of
+from ledger.http.throttle import AuthThrottle, record_failure, refuse_if_blocked
 from ledger.integrity import service as integrity
 from ledger.prices.service import PriceService
 from ledger.reconciliation.service import ReconciliationService
@@ -68,7 +70,9 @@ PAGE = 50
 
 
 def _secure(request: Request[Any, Any, Any]) -> bool:
-    return request.url.scheme == "https"
+    """`LEDGER_CONSOLE_SECURE_COOKIE`: on outside embedded mode, off in embedded (http) mode."""
+    secure: bool = request.app.state.settings.console_secure_cookie
+    return secure
 
 
 def _error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -144,6 +148,7 @@ class ConsoleLoginController(Controller):
     path = "/console"
     include_in_schema = False
     exception_handlers = HANDLERS
+    middleware = [console_headers]
     opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/login")
@@ -159,14 +164,18 @@ class ConsoleLoginController(Controller):
             return _login_page(
                 request, target=target, message="The login form expired; try again.", status=403
             )
+        throttle: AuthThrottle = request.app.state.auth_throttle
+        refuse_if_blocked(throttle, request.scope)
         registry: TokenRegistry = request.app.state.tokens
         principal = registry.lookup(str(form.get("token") or "").strip())
         if principal is None or principal.fingerprint not in keys_of(request).principals:
+            record_failure(throttle, request.scope)
             log.warning("console.login_refused")
             return _login_page(
                 request, target=target, message="That is not an admin token of this ledger.", status=401
             )
-        cookie, _ = keys_of(request).issue(principal)
+        cookie, session = keys_of(request).issue(principal)
+        await sessions.open_session(request.app.state.engine, session, principal.identity)
         log.info("console.login", actor=principal.identity)
         response: Response[Any] = Redirect(target, status_code=303)
         response.set_cookie(
@@ -185,8 +194,11 @@ class ConsoleLoginController(Controller):
     async def logout(self, request: Request[Any, Any, Any]) -> Response[Any]:
         found = keys_of(request).read(request.cookies.get(SESSION_COOKIE))
         form = await request.form()
-        if found is not None and not keys_of(request).csrf_ok(found[0].nonce, form.get("csrf_token")):
-            return Redirect("/console/accounts", status_code=303)
+        if found is not None:
+            if not keys_of(request).csrf_ok(found[0].nonce, form.get("csrf_token")):
+                return Redirect("/console/accounts", status_code=303)
+            # On the server: a copy of the cookie stops working too, in every process.
+            await sessions.revoke(request.app.state.engine, found[0].nonce)
         response: Response[Any] = Redirect("/console/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)
         return response
@@ -205,6 +217,7 @@ class ConsoleController(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
+    middleware = [console_headers]
     opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/")

@@ -1,20 +1,20 @@
 """Console sessions: a signed cookie naming who logged in, and the CSRF tokens derived from it.
 
 Invariants:
-- the cookie never holds the admin token: only the token's fingerprint, its role, a
-  random nonce and an expiry, signed with HMAC-SHA256 under the console key
-  (`LEDGER_CONSOLE_SECRET`, or a random key per process start when unset);
-- a cookie is honoured only while its signature verifies, it has not expired, and its
-  fingerprint still belongs to a configured admin token with the same role, so removing
-  a token from `LEDGER_ADMIN_TOKENS` (and restarting) ends its sessions;
+- the cookie never holds the admin token: only the token's keyed fingerprint
+  (`ledger.identity`), its role, a random nonce and an expiry, signed with HMAC-SHA256
+  under the console key (`LEDGER_CONSOLE_SECRET`, else derived from the identity key,
+  so every process that shares the identity key shares the console key);
+- a cookie is honoured only while its signature verifies, it has not expired, its
+  fingerprint still belongs to a configured admin token with the same role (removing
+  a token from `LEDGER_ADMIN_TOKENS` and restarting ends its sessions), and its nonce
+  names a live row of `console_sessions` (`sessions.py`: logout revokes it there);
 - the CSRF token of a session is HMAC(key, "csrf" | nonce): a page can embed it, the
   cookie cannot be derived from it, and a forged form from another site has neither;
 - before login, a separate short-lived nonce cookie and the login form's hidden field
   must match (double submit), so another site cannot log a browser in as someone else.
 
-Stateless on purpose: any process holding the same key accepts the cookie, so several
-web workers or replicas work when they share `LEDGER_CONSOLE_SECRET`. Logout clears the
-cookie in the browser; a copied cookie stays valid until it expires (`SESSION_SECONDS`).
+This module is the cookie's half (no I/O); the database's half is `sessions.py`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ledger.http.auth import Principal, TokenRegistry
+from ledger.identity import derived_key
 from ledger.settings import Settings
 
 SESSION_COOKIE = "ledger_console"
@@ -62,12 +63,11 @@ class ConsoleKeys:
 
     @classmethod
     def from_settings(cls, settings: Settings, registry: TokenRegistry) -> ConsoleKeys:
-        key = settings.console_secret.encode() if settings.console_secret else secrets.token_bytes(32)
-        principals: dict[str, Principal] = {}
-        for token, _ in settings.admin_tokens:
-            principal = registry.lookup(token)
-            if principal is not None and principal.surface == "admin":
-                principals[principal.fingerprint] = principal
+        if settings.console_secret:
+            key = settings.console_secret.encode()
+        else:
+            key = derived_key(registry.key, "console-session")
+        principals = {p.fingerprint: p for p in registry.admin_principals()}
         return cls(key=key, principals=principals)
 
     def _mac(self, purpose: bytes, payload: bytes) -> bytes:

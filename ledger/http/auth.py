@@ -1,15 +1,17 @@
 """Bearer-token auth for the two surfaces.
 
 - `/v1/...` takes gateway tokens (`LEDGER_GATEWAY_TOKENS`);
-- `/admin/v1/...` takes admin tokens (`LEDGER_ADMIN_TOKENS`, `token:role`), with
+- `/admin/v1/...` takes admin tokens (`LEDGER_ADMIN_TOKENS`, `token:role[:name]`), with
   roles ordered viewer < finance < admin; a handler states its minimum role in
   `opt={"role": ...}` (default viewer).
 
 A missing or unknown token is 401 (the token is compared exactly as sent: no
 whitespace is trimmed); a known token on the wrong surface, or a role
 too low, is 403. A token is looked up by its SHA-256 digest (one dict probe: its timing
-depends on the digest, never on the token's bytes), and only a short fingerprint of a
-token ever reaches logs or the audit log.
+depends on the digest, never on the token's bytes); what logs and the audit log record
+is its identity (`ledger.identity`: the operator's name for it, or a keyed fingerprint),
+never the token nor an unkeyed hash of it. Every 401 is counted against the client's
+address, and an address over the limit is answered 429 (`ledger.http.throttle`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from ledger.errors import Forbidden, Unauthorized
+from ledger.http.throttle import AuthThrottle, record_failure, refuse_if_blocked
+from ledger.identity import fingerprint, identity_key
 from ledger.settings import ROLES, Role, Settings
 
 
@@ -30,12 +34,13 @@ from ledger.settings import ROLES, Role, Settings
 class Principal:
     surface: str  # "gateway" or "admin"
     role: str  # "gateway" for gateway tokens
-    fingerprint: str
+    fingerprint: str  # keyed (ledger.identity): distinct per token, useless without the key
+    name: str | None = None  # the operator's name for the token, if any
 
     @property
     def identity(self) -> str:
-        """What the audit log records: role and fingerprint, never the token."""
-        return f"{self.role}:{self.fingerprint}"
+        """What the audit log records: role and name (else keyed fingerprint), never the token."""
+        return f"{self.role}:{self.name or self.fingerprint}"
 
 
 def _digest(token: str) -> bytes:
@@ -44,14 +49,18 @@ def _digest(token: str) -> bytes:
 
 class TokenRegistry:
     def __init__(self, settings: Settings) -> None:
+        self.key = identity_key(settings)
         # digest -> principal; a token configured twice keeps its first entry (gateway first)
         self._by_digest: dict[bytes, Principal] = {}
-        for token in settings.gateway_tokens:
-            digest = _digest(token)
-            self._by_digest.setdefault(digest, Principal("gateway", "gateway", digest.hex()[:12]))
-        for token, role in settings.admin_tokens:
-            digest = _digest(token)
-            self._by_digest.setdefault(digest, Principal("admin", role, digest.hex()[:12]))
+        for gateway in settings.gateway_tokens:
+            principal = Principal("gateway", "gateway", fingerprint(self.key, gateway.token), gateway.name)
+            self._by_digest.setdefault(_digest(gateway.token), principal)
+        for admin in settings.admin_tokens:
+            principal = Principal("admin", admin.role, fingerprint(self.key, admin.token), admin.name)
+            self._by_digest.setdefault(_digest(admin.token), principal)
+
+    def admin_principals(self) -> list[Principal]:
+        return [p for p in self._by_digest.values() if p.surface == "admin"]
 
     def lookup(self, token: str) -> Principal | None:
         # One dict probe by the token's SHA-256 digest.
@@ -81,7 +90,13 @@ def authenticate(registry: TokenRegistry, authorization: str | None) -> Principa
 
 
 def _principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-    principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
+    throttle: AuthThrottle = connection.app.state.auth_throttle
+    refuse_if_blocked(throttle, connection.scope)
+    try:
+        principal = authenticate(connection.app.state.tokens, connection.headers.get("authorization"))
+    except Unauthorized:
+        record_failure(throttle, connection.scope)
+        raise
     connection.state.principal = principal
     structlog.contextvars.bind_contextvars(actor=principal.identity)
     return principal

@@ -11,7 +11,8 @@ and only when, the framework's answer would be to run the handler:
 - POST on the exact path (no trailing slash, no root path), no query string;
 - no repeated Authorization, Content-Type, Content-Length, Host or Idempotency-Key
   header, and a Host header (if any) that Litestar accepts;
-- a known gateway token, sent exactly as `Bearer <token>`;
+- a client address that the auth throttle does not refuse (`ledger.http.throttle`),
+  and a known gateway token, sent exactly as `Bearer <token>`;
 - a body within `LEDGER_MAX_BODY_BYTES`: for reserve and settle, declared JSON,
   screened (`ledger.http.body.screen`: duplicate keys, depth, NUL) and decoded
   strictly into the handler's Struct, with the idempotency key resolved (reserve);
@@ -106,6 +107,9 @@ class FastLane:
         host = seen.get(b"host")
         if host is not None and not is_valid_host(host):
             raise _HandOff
+        throttle = self.app.state.auth_throttle
+        if throttle.blocked and throttle.retry_after(throttle.client_address(scope)) is not None:
+            raise _HandOff  # 429: the guard's
         principal = self._principal(seen.get(b"authorization"))
         settings = self.app.state.settings
         raw = await _body(receive, seen.get(b"content-length"), settings.max_body_bytes, chunks)

@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 
 from pricing.document import CATEGORIES
 from pricing.usage import WIRE_PATHS
-from tests.conftest import GATEWAY, auth, new_id, reserve
+from tests.conftest import GATEWAY, VIEWER, auth, new_id, reserve
 
 ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -173,5 +173,5 @@ def test_real_answers_match_the_document(
     hold = validator(document, {"$ref": "#/components/schemas/Hold"})
     assert hold.is_valid(settled.json()), settled.text
     assert settled.json()["usage"]["extra"] == {"kept": True}
-    got = client.get(f"/admin/v1/price-versions/{contract_version}", headers=auth("test-viewer-token"))
+    got = client.get(f"/admin/v1/price-versions/{contract_version}", headers=auth(VIEWER))
     assert validator(document, {"$ref": "#/components/schemas/PriceVersion"}).is_valid(got.json()), got.text

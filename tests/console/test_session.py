@@ -8,7 +8,11 @@ from ledger.console.session import SESSION_SECONDS, ConsoleKeys
 from ledger.http.auth import Principal, TokenRegistry
 from ledger.settings import load_settings
 
-ENV = {"LEDGER_DATABASE_URL": "postgresql://x@h/db", "LEDGER_ADMIN_TOKENS": "tok-a:finance,tok-b:viewer"}
+ENV = {
+    "LEDGER_DATABASE_URL": "postgresql://x@h/db",
+    "LEDGER_ADMIN_TOKENS": "tok-a:finance,tok-b:viewer",
+    "LEDGER_IDENTITY_SECRET": "i" * 40,
+}
 
 
 def keys(**extra: str) -> ConsoleKeys:
@@ -43,8 +47,8 @@ def test_tampered_expired_and_foreign_cookies_are_refused() -> None:
     assert k.read(cookie + "x", now=1000) is None
     assert k.read("not-a-cookie") is None
     assert k.read("") is None
-    # another process with its own random key does not accept it
-    assert keys().read(cookie, now=1000) is None
+    # a process with another identity key (hence console key) does not accept it
+    assert keys(LEDGER_IDENTITY_SECRET="j" * 40).read(cookie, now=1000) is None
 
 
 def test_shared_secret_lets_another_process_accept_the_cookie() -> None:

@@ -1,0 +1,42 @@
+"""The headers every console response carries: no framing, no inline script, no caching.
+
+The pages have no inline script, style or event handler, so the policy allows only
+the console's own stylesheet. Applied as middleware on the console's controllers, so
+that error pages and redirects carry the headers too. A response that already set
+`Cache-Control` (the stylesheet) keeps its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; object-src 'none'; base-uri 'none'"
+)
+HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
+_CACHE = b"cache-control"
+
+
+def console_headers(app: ASGIApp) -> ASGIApp:
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                raw: list[Any] = list(message.get("headers") or [])
+                names = {name.lower() for name, _ in raw}
+                raw.extend(h for h in HEADERS if h[0] not in names)
+                if _CACHE not in names:
+                    raw.append((_CACHE, b"no-store"))
+                message["headers"] = raw
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+
+    return middleware
