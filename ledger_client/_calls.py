@@ -17,6 +17,7 @@ import httpx
 
 from ledger_client.errors import LedgerError, error_from_response
 from ledger_client.models import Balance, Hold
+from ledger_client.usage import as_ledger_usage
 
 T = TypeVar("T")
 
@@ -32,8 +33,9 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _usage_body(usage: Mapping[str, Any]) -> dict[str, Any]:
-    return {"usage": dict(usage)}
+def _usage_body(usage: object) -> dict[str, Any]:
+    # Converted (or refused with a TypeError) here, while the call is built: before anything is sent.
+    return {"usage": as_ledger_usage(usage)}
 
 
 def new_idempotency_key() -> str:
@@ -72,15 +74,15 @@ def get_hold(hold_id: str) -> Call[Hold]:
     return Call("GET", f"/v1/holds/{hold_id}", Hold.from_wire)
 
 
-def checkpoint(hold_id: str, usage: Mapping[str, Any]) -> Call[Hold]:
+def checkpoint(hold_id: str, usage: object) -> Call[Hold]:
     return Call("POST", f"/v1/holds/{hold_id}/usage", Hold.from_wire, _usage_body(usage))
 
 
-def settle(hold_id: str, usage: Mapping[str, Any]) -> Call[Hold]:
+def settle(hold_id: str, usage: object) -> Call[Hold]:
     return Call("POST", f"/v1/holds/{hold_id}/settle", Hold.from_wire, _usage_body(usage))
 
 
-def interrupt(hold_id: str, usage: Mapping[str, Any] | None) -> Call[Hold]:
+def interrupt(hold_id: str, usage: object | None) -> Call[Hold]:
     body = _usage_body(usage) if usage is not None else {}
     return Call("POST", f"/v1/holds/{hold_id}/interrupt", Hold.from_wire, body)
 

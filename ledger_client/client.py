@@ -117,16 +117,26 @@ class AsyncLedgerClient:
     async def get_hold(self, hold_id: str) -> Hold:
         return await self._send(_calls.get_hold(hold_id))
 
-    async def checkpoint(self, hold_id: str, usage: Mapping[str, Any]) -> Hold:
-        """Cumulative usage so far (counts only grow); extends the hold's expiry, charges nothing."""
+    async def checkpoint(self, hold_id: str, usage: object) -> Hold:
+        """Cumulative usage so far (counts only grow); extends the hold's expiry, charges nothing.
+
+        `usage` as for `settle`."""
         return await self._send(_calls.checkpoint(hold_id, usage))
 
-    async def settle(self, hold_id: str, usage: Mapping[str, Any]) -> Hold:
-        """Charge the final usage at the hold's pinned price version; release the rest."""
+    async def settle(self, hold_id: str, usage: object) -> Hold:
+        """Charge the final usage at the hold's pinned price version; release the rest.
+
+        `usage` is a Mapping in the ledger's shape (OpenAI chat's `usage`, or an adapter's
+        output), sent as given; or an SDK usage object, converted by its adapter: openai
+        `CompletionUsage` (already the ledger's shape), `ResponseUsage` (`from_openai_responses`),
+        anthropic `Usage` / `BetaUsage` (`from_anthropic`). Anything else, including a streamed
+        Anthropic `MessageDeltaUsage` on its own, raises `TypeError` and nothing is sent.
+        """
         return await self._send(_calls.settle(hold_id, usage))
 
-    async def interrupt(self, hold_id: str, usage: Mapping[str, Any] | None = None) -> Hold:
-        """The stream broke: keep the hold (for a later settle or the reconciler), record usage seen."""
+    async def interrupt(self, hold_id: str, usage: object | None = None) -> Hold:
+        """The stream broke: keep the hold (for a later settle or the reconciler), record usage seen
+        (as for `settle`)."""
         return await self._send(_calls.interrupt(hold_id, usage))
 
     async def release(self, hold_id: str) -> Hold:
@@ -214,13 +224,18 @@ class LedgerClient:
     def get_hold(self, hold_id: str) -> Hold:
         return self._send(_calls.get_hold(hold_id))
 
-    def checkpoint(self, hold_id: str, usage: Mapping[str, Any]) -> Hold:
+    def checkpoint(self, hold_id: str, usage: object) -> Hold:
+        """As `AsyncLedgerClient.checkpoint`; `usage` as for `settle`."""
         return self._send(_calls.checkpoint(hold_id, usage))
 
-    def settle(self, hold_id: str, usage: Mapping[str, Any]) -> Hold:
+    def settle(self, hold_id: str, usage: object) -> Hold:
+        """As `AsyncLedgerClient.settle`: a Mapping in the ledger's shape or a recognised SDK usage
+        object (openai `CompletionUsage` / `ResponseUsage`, anthropic `Usage` / `BetaUsage`);
+        anything else raises `TypeError` before a request is made."""
         return self._send(_calls.settle(hold_id, usage))
 
-    def interrupt(self, hold_id: str, usage: Mapping[str, Any] | None = None) -> Hold:
+    def interrupt(self, hold_id: str, usage: object | None = None) -> Hold:
+        """As `AsyncLedgerClient.interrupt`; `usage` as for `settle`."""
         return self._send(_calls.interrupt(hold_id, usage))
 
     def release(self, hold_id: str) -> Hold:

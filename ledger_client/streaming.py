@@ -22,11 +22,11 @@ A reserve refused on enter (e.g. `InsufficientFunds`) raises from the `with` its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ledger_client.models import Hold
+from ledger_client.usage import as_ledger_usage
 
 if TYPE_CHECKING:
     from ledger_client.client import AsyncLedgerClient, LedgerClient
@@ -54,9 +54,10 @@ class _Session:
     def id(self) -> str:
         return self.hold.id
 
-    def finish(self, usage: Mapping[str, Any]) -> None:
-        """The request's final usage: settled on exit."""
-        self.final = dict(usage)
+    def finish(self, usage: object) -> None:
+        """The request's final usage: settled on exit. Any usage `settle` accepts (converted now,
+        so a usage the client refuses raises here, inside the block)."""
+        self.final = as_ledger_usage(usage)
         self.seen = self.final
 
     def _outcome(self, failed: bool) -> tuple[str, dict[str, Any] | None]:
@@ -78,9 +79,9 @@ class AsyncHoldSession(_Session):
         self._hold = await self._client.reserve(self._account_id, self._model, **self._reserve)
         return self
 
-    async def checkpoint(self, usage: Mapping[str, Any]) -> Hold:
+    async def checkpoint(self, usage: object) -> Hold:
         """Record cumulative usage so far (kept locally first, so a broken stream can report it)."""
-        self.seen = dict(usage)
+        self.seen = as_ledger_usage(usage)
         self._hold = await self._client.checkpoint(self.id, self.seen)
         return self._hold
 
@@ -111,8 +112,8 @@ class HoldSession(_Session):
         self._hold = self._client.reserve(self._account_id, self._model, **self._reserve)
         return self
 
-    def checkpoint(self, usage: Mapping[str, Any]) -> Hold:
-        self.seen = dict(usage)
+    def checkpoint(self, usage: object) -> Hold:
+        self.seen = as_ledger_usage(usage)
         self._hold = self._client.checkpoint(self.id, self.seen)
         return self._hold
 

@@ -1,5 +1,7 @@
-"""The client's usage adapters: adapted usage is valid ledger usage, and it costs what the
-upstream's own counts say, computed by hand at the contract example's rates.
+"""The client's usage adapters, on the OpenAI and Anthropic SDKs' real usage types and on
+plain mappings: adapted usage is valid ledger usage carrying every priced field, and it costs
+what the upstream's own counts say, computed by hand at the contract example's rates. Also
+what the client sends for a usage it is given (`as_ledger_usage`), and what it refuses.
 
 Hand formulas (rates per 1M tokens, from `pricing.examples.contract_price_document`):
 - claude-sonnet-4-6: uncached input 3, cache read 0.3, 5-minute write 3.75, 1-hour write 6,
@@ -16,10 +18,22 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from anthropic.types import CacheCreation, MessageDeltaUsage, OutputTokensDetails, ServerToolUsage
+from anthropic.types import Usage as AnthropicUsage
+from anthropic.types.beta import BetaUsage
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types import CompletionUsage
+from openai.types.completion_usage import CompletionTokensDetails, PromptTokensDetails
+from openai.types.responses import ResponseUsage
+from openai.types.responses.response_usage import InputTokensDetails
+from openai.types.responses.response_usage import (
+    InputTokensDetailsCacheWriteTokensDetails as CacheWriteDetails,
+)
+from openai.types.responses.response_usage import OutputTokensDetails as ResponseOutputDetails
 
 from ledger_client import from_anthropic, from_openai_chat, from_openai_responses
+from ledger_client.usage import as_ledger_usage
 from pricing.document import parse_price_document
 from pricing.engine import compute_charge
 from pricing.examples import contract_price_document
@@ -49,6 +63,7 @@ def test_anthropic_usage_by_hand() -> None:
         "prompt_tokens_details": {"cached_tokens": 2000, "cache_write_tokens": 3000},
         "claude_cache_creation_5_m_tokens": 1000,
         "claude_cache_creation_1_h_tokens": 2000,
+        "service_tier": "standard",  # unpriced, kept as sent
     }
     # 100 x 3 + 2000 x 0.3 + 1000 x 3.75 + 2000 x 6 + 500 x 15, per million
     assert compute_charge(CLAUDE, parse_usage(usage)).amount == Decimal("0.02415")
@@ -102,23 +117,125 @@ def test_openai_adapters_by_hand() -> None:
     assert compute_charge(LUNA, parse_usage(usage)).amount == Decimal("0.0375")
 
 
-class Dumps:
-    """Stands in for an SDK's pydantic usage object."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-
-    def model_dump(self) -> dict[str, Any]:
-        return self.data
-
-
-def test_sdk_objects_are_accepted() -> None:
-    assert from_anthropic(Dumps({"input_tokens": 2, "output_tokens": 1})) == {
-        "prompt_tokens": 2,
-        "completion_tokens": 1,
+def test_sdk_types_map_every_priced_field() -> None:
+    chat = CompletionUsage(
+        prompt_tokens=12000,
+        completion_tokens=800,
+        total_tokens=12800,
+        prompt_tokens_details=PromptTokensDetails(
+            cached_tokens=2000, cache_write_tokens=3000, audio_tokens=0
+        ),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=300, audio_tokens=None),
+    )
+    assert from_openai_chat(chat) == {
+        "prompt_tokens": 12000,
+        "completion_tokens": 800,
+        "total_tokens": 12800,
+        "prompt_tokens_details": {"cached_tokens": 2000, "cache_write_tokens": 3000, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 300},
     }
-    with pytest.raises(TypeError):
-        from_openai_chat(42)
+    responses = ResponseUsage(
+        input_tokens=12000,
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=2000,
+            cache_write_tokens=3000,
+            cache_write_tokens_details=CacheWriteDetails(ttl_30m_tokens=1000, ttl_12h_tokens=2000),
+        ),
+        output_tokens=800,
+        output_tokens_details=ResponseOutputDetails(reasoning_tokens=300),
+        total_tokens=12800,
+    )
+    assert from_openai_responses(responses) == {
+        "prompt_tokens": 12000,
+        "completion_tokens": 800,
+        "total_tokens": 12800,
+        "prompt_tokens_details": {
+            "cached_tokens": 2000,
+            "cache_write_tokens": 3000,
+            # OpenAI's cache lifetimes are not Claude's: kept, unpriced; all 3000 are W.
+            "cache_write_tokens_details": {"ttl_30m_tokens": 1000, "ttl_12h_tokens": 2000},
+        },
+        "completion_tokens_details": {"reasoning_tokens": 300},
+    }
+    # 7000 x 2.5 + 2000 x 0.25 + 3000 x 2.5 (cache_write) + 800 x 15, per million
+    charge = compute_charge(LUNA, parse_usage(from_openai_responses(responses)))
+    assert {line.category: line.tokens for line in charge.lines if line.tokens}["cache_write"] == 3000
+    claude = AnthropicUsage(
+        input_tokens=100,
+        cache_read_input_tokens=2000,
+        cache_creation_input_tokens=3000,
+        cache_creation=CacheCreation(ephemeral_5m_input_tokens=1000, ephemeral_1h_input_tokens=2000),
+        output_tokens=500,
+        output_tokens_details=OutputTokensDetails(thinking_tokens=200),
+        server_tool_use=ServerToolUsage(web_search_requests=1, web_fetch_requests=0),
+        service_tier="priority",
+    )
+    expected = {
+        "prompt_tokens": 5100,
+        "completion_tokens": 500,
+        "prompt_tokens_details": {"cached_tokens": 2000, "cache_write_tokens": 3000},
+        "claude_cache_creation_5_m_tokens": 1000,
+        "claude_cache_creation_1_h_tokens": 2000,
+        "completion_tokens_details": {"reasoning_tokens": 200},
+        "server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0},
+        "service_tier": "priority",
+    }
+    assert from_anthropic(claude) == expected
+    assert from_anthropic(BetaUsage.model_validate(claude.model_dump())) == expected
+    assert compute_charge(CLAUDE, parse_usage(expected)).amount == Decimal("0.02415")
+
+
+def test_anthropic_stream_delta_laid_over_its_start() -> None:
+    start = AnthropicUsage(
+        input_tokens=50,
+        cache_read_input_tokens=0,
+        cache_creation_input_tokens=4000,
+        cache_creation=CacheCreation(ephemeral_5m_input_tokens=0, ephemeral_1h_input_tokens=4000),
+        output_tokens=1,
+    )
+    delta = MessageDeltaUsage(output_tokens=700, cache_creation_input_tokens=4000)
+    assert from_anthropic(delta, start=start) == {
+        "prompt_tokens": 4050,
+        "completion_tokens": 700,
+        "prompt_tokens_details": {"cache_write_tokens": 4000},
+        "claude_cache_creation_1_h_tokens": 4000,
+    }
+    # Without its start the delta has no input count and no lifetime: no prompt count.
+    assert "prompt_tokens" not in from_anthropic(delta)
+
+
+def test_as_ledger_usage_converts_recognised_sdk_types_and_refuses_others() -> None:
+    responses = ResponseUsage(
+        input_tokens=10000,
+        input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=8000),
+        output_tokens=2100,
+        output_tokens_details=ResponseOutputDetails(reasoning_tokens=0),
+        total_tokens=12100,
+    )
+    assert as_ledger_usage(responses) == from_openai_responses(responses)
+    claude = AnthropicUsage(input_tokens=10, cache_read_input_tokens=90, output_tokens=1)
+    assert as_ledger_usage(claude)["prompt_tokens"] == 100  # never Anthropic's input_tokens as P
+
+    class GatewayUsage(CompletionUsage):  # e.g. a library's subclass of the OpenAI type
+        cost: str | None = None
+
+    sub = GatewayUsage(prompt_tokens=3, completion_tokens=1, total_tokens=4, cost="0.1")
+    assert as_ledger_usage(sub) == {
+        "prompt_tokens": 3,
+        "completion_tokens": 1,
+        "total_tokens": 4,
+        "cost": "0.1",
+    }
+    mapping = {"prompt_tokens": 3, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": None}}
+    assert as_ledger_usage(mapping) == mapping  # a mapping is sent as given
+    with pytest.raises(TypeError, match=r"got builtins\.int"):
+        as_ledger_usage(42)
+    with pytest.raises(TypeError, match="MessageDeltaUsage is a streamed delta"):
+        as_ledger_usage(MessageDeltaUsage(output_tokens=1))
+    with pytest.raises(TypeError, match=r"usage\.prompt_tokens_details: openai\.types\.completion_usage"):
+        as_ledger_usage({"prompt_tokens": 1, "prompt_tokens_details": PromptTokensDetails(cached_tokens=1)})
+    with pytest.raises(ValueError, match="not a JSON number"):
+        as_ledger_usage({"prompt_tokens": 1, "completion_tokens": 1, "cost": float("nan")})
 
 
 @FAST
@@ -176,22 +293,33 @@ def test_responses_adapted_usage_is_valid_and_charged_by_hand(
     prompt: int, output: int, data: st.DataObject
 ) -> None:
     cached = data.draw(st.integers(0, prompt))
+    written = data.draw(st.integers(0, prompt - cached))
     reasoning = data.draw(st.integers(0, output))
-    upstream = {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": prompt + output,
-    }
-    usage = parse_usage(from_openai_responses(upstream))
-    long = prompt > 272_000
-    rate_in, rate_cached, rate_out = (
-        (Decimal(5), Decimal("0.5"), Decimal("22.5"))
-        if long
-        else (Decimal("2.5"), Decimal("0.25"), Decimal(15))
+    upstream = ResponseUsage(
+        input_tokens=prompt,
+        input_tokens_details=InputTokensDetails(cached_tokens=cached, cache_write_tokens=written),
+        output_tokens=output,
+        output_tokens_details=ResponseOutputDetails(reasoning_tokens=reasoning),
+        total_tokens=prompt + output,
     )
-    by_hand = ((prompt - cached) * rate_in + cached * rate_cached + output * rate_out) / MILLION
+    usage = parse_usage(from_openai_responses(upstream))
+    assert (usage.cached_tokens, usage.cache_write_tokens, usage.reasoning_tokens) == (
+        cached,
+        written,
+        reasoning,
+    )
+    long = prompt > 272_000
+    rate_in, rate_cached, rate_write, rate_out = (
+        (Decimal(5), Decimal("0.5"), Decimal(5), Decimal("22.5"))
+        if long
+        else (Decimal("2.5"), Decimal("0.25"), Decimal("2.5"), Decimal(15))
+    )
+    by_hand = (
+        (prompt - cached - written) * rate_in
+        + cached * rate_cached
+        + written * rate_write
+        + output * rate_out
+    ) / MILLION
     charge = compute_charge(LUNA, usage)
     assert charge.tier == ("long_context" if long else "standard")
     assert charge.amount == by_hand
@@ -200,7 +328,8 @@ def test_responses_adapted_usage_is_valid_and_charged_by_hand(
 def test_client_imports_nothing_from_the_service() -> None:
     code = (
         "import sys, ledger_client, ledger_client.client, ledger_client.usage\n"
-        "server = {'ledger', 'pricing', 'workers', 'msgspec', 'litestar', 'sqlalchemy'}\n"
+        "server = {'ledger', 'pricing', 'workers', 'msgspec', 'litestar', 'sqlalchemy',\n"
+        "          'openai', 'anthropic', 'pydantic'}  # the SDKs are recognised by name only\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in server)\n"
         "assert not bad, bad\n"
     )
