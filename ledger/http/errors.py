@@ -16,6 +16,7 @@ import structlog
 from litestar import Request, Response
 from litestar.exceptions import (
     HTTPException,
+    InternalServerException,
     MethodNotAllowedException,
     NotFoundException,
     ValidationException,
@@ -24,6 +25,7 @@ from litestar.exceptions import (
 from ledger import errors
 from ledger.db import is_unreachable, sqlstate
 from ledger.http.admission import query_key
+from ledger.http.middleware import CLIENT_GONE
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +114,10 @@ def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.Ledg
 
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    if isinstance(exc, InternalServerException) and request.scope["state"].get(CLIENT_GONE):
+        # Litestar's "client disconnected prematurely" while reading the body: no one to answer.
+        log.info("request.client_disconnected", path=request.url.path)
+        return error_response(errors.ClientDisconnected("the client closed the connection mid-request"))
     settings = getattr(request.app.state, "settings", None)
     error = refusal(exc, path=request.url.path, body_limit=getattr(settings, "max_body_bytes", None))
     if isinstance(exc, ValidationException) and error.param:
