@@ -123,4 +123,10 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     if isinstance(exc, ValidationException) and error.param:
         # Litestar names a query parameter by its Python name; the caller sent its alias.
         error.param = query_key(request, error.param)
-    return error_response(error)
+    response = error_response(error)
+    if isinstance(exc, MethodNotAllowedException):
+        # The router names every method the path serves (all its handlers, OPTIONS included).
+        allow = sorted(m.strip() for m in (exc.headers or {}).get("allow", "").split(",") if m.strip())
+        if allow:
+            response.headers["Allow"] = ", ".join(allow)
+    return response
