@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from ledger.errors import ValidationFailed
+from ledger.errors import UsageInvalid, ValidationFailed
 
 AccountId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$", max_length=128)]
 Currency = Annotated[str, Meta(pattern=r"^[A-Z]{3}$")]
@@ -28,6 +28,18 @@ def check_metadata(metadata: dict[str, Any]) -> None:
     """Metadata (accounts, holds) is at most MAX_METADATA_BYTES as JSON; else 422 `metadata`."""
     if len(msgspec.json.encode(metadata)) > MAX_METADATA_BYTES:
         raise ValidationFailed(f"metadata is larger than {MAX_METADATA_BYTES} bytes", param="metadata")
+
+
+# A usage object (settle, checkpoint, interrupt, quote) is kept with the hold as sent,
+# unpriced fields included: the same bound as metadata. Depth is bounded for every body
+# (ledger.http.body.MAX_DEPTH) and the key count by the bytes.
+MAX_USAGE_BYTES = MAX_METADATA_BYTES
+
+
+def check_usage(usage: dict[str, Any] | None) -> None:
+    """A usage object is at most MAX_USAGE_BYTES as JSON; else 422 `usage_invalid`, param `usage`."""
+    if usage is not None and len(msgspec.json.encode(usage)) > MAX_USAGE_BYTES:
+        raise UsageInvalid(f"usage is larger than {MAX_USAGE_BYTES} bytes as JSON", param="usage")
 
 
 def iso(ts: datetime) -> str:
