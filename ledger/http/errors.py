@@ -32,6 +32,7 @@ log = structlog.get_logger(__name__)
 _PATH = re.compile(r"at `\$\.data((?:\.[A-Za-z0-9_]+|\[\d+\])*)`")
 _UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
+_MISSING_PARAMETER = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
 
 
 def error_body(error: errors.LedgerError) -> dict[str, Any]:
@@ -74,6 +75,10 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
         cause = str(exc.__cause__ or "")
         if "missing required field `data`" in cause:
             return errors.InvalidJson("request body is empty; a JSON object is required")
+        if m := _MISSING_PARAMETER.match(str(exc.detail)):
+            return errors.ValidationFailed(
+                f"the {m.group(1)} parameter {m.group(2)!r} is required", param=m.group(2)
+            )
         param, message = _validation_param(exc)
         return errors.ValidationFailed(message, param=param)
     if isinstance(exc, NotFoundException):
@@ -106,9 +111,15 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
 
 
 def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.LedgerError:
-    """What a request that raised `exc` is answered with; a 5xx is logged with its cause."""
+    """What a request that raised `exc` is answered with; a 5xx is logged with its cause.
+
+    A fault is logged at error with its traceback; a 503 the service raised on purpose (no
+    price applies) is a warning without one: its message is its whole cause.
+    """
     error = translate(exc, body_limit=body_limit)
-    if error.status >= 500:
+    if exc is error and isinstance(error, errors.ServiceUnavailable):
+        log.warning("request.unavailable", code=error.code, path=path, message=error.message)
+    elif error.status >= 500:
         log.error("request.failed", code=error.code, path=path, exc_info=exc)
     return error
 
