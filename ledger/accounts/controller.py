@@ -23,7 +23,7 @@ from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
-from ledger.http.query import AsOf, Cursor, From, Limit, To, time_range, timestamp
+from ledger.http.query import AsOf, Cursor, From, IdCursor, Limit, To, time_range, timestamp
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -160,7 +160,7 @@ class AdminAccountController(Controller):
         request: Request[Any, Any, Any],
         account_id: str,
         limit: Limit,
-        cursor: Cursor,
+        cursor: IdCursor,
         kind: Annotated[JournalKind | None, Parameter(default=None)],
         since: From,
         until: To,

@@ -22,14 +22,23 @@ from litestar.params import Parameter
 
 from ledger.errors import ValidationFailed
 
-# The page size and cursor every paginated list takes (`?limit=`, `?cursor=`).
+# The page size and cursor every paginated list takes (`?limit=`, `?cursor=`). A cursor is
+# the previous page's `next_cursor`; its documented pattern is the form this service issues.
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
 Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
+ID_CURSOR_PATTERN = r"^[0-9]{1,18}$"  # a bigint id; 18 digits always fit
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+IdCursor = Annotated[
+    str | None, Parameter(default=None, max_length=18, schema_extra={"pattern": ID_CURSOR_PATTERN})
+]
+UuidCursor = Annotated[
+    str | None, Parameter(default=None, max_length=36, schema_extra={"pattern": UUID_PATTERN})
+]
 
-_ID_CURSOR = re.compile(r"^[0-9]{1,18}$")  # a bigint id; 18 digits always fit
+_ID_CURSOR = re.compile(ID_CURSOR_PATTERN)
 
 TIMESTAMP_PATTERN = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
     r"([Tt]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
 )
 _TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
