@@ -1,7 +1,7 @@
 """schemathesis checks narrowed where a rule of a money API is not a schema rule (SCHEMATHESIS_HOOKS).
 
 Every check of schemathesis runs against the service (`tests/contract/test_schemathesis.py`).
-Two are narrowed here, each by the exact refusals listed below with the reason beside it;
+Three are narrowed here, each by the exact answers listed below with the reason beside it;
 anything else they flag still fails the run:
 
 - `positive_data_acceptance`: a request valid by the OpenAPI document must be accepted.
@@ -11,6 +11,10 @@ anything else they flag still fails the run:
 - `not_a_server_error`: 503 `pricing_unavailable` is the contract's answer to a quote or
   reserve for a currency or model that no price version prices (documented per
   operation); every other 5xx fails.
+- `ensure_resource_availability`: after `POST /admin/v1/accounts`, schemathesis follows
+  inferred links to every `/accounts/{account_id}/...` path. An account's alert and its
+  budgets are resources of their own, created by their PUT: a new account has none, and
+  404 `alert_not_found` / `budget_not_found` is the truth (the account itself is found).
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from typing import Any
 import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import ensure_resource_availability, positive_data_acceptance
+
+NARROWED = ("positive_data_acceptance", "not_a_server_error", "ensure_resource_availability")
+# Sub-resources of an account that exist only once their own PUT has run.
+OWN_RESOURCES = (b'"code":"alert_not_found"', b'"code":"budget_not_found"')
 
 # (error code, message pattern) -> why JSON Schema cannot state the rule
 SEMANTIC_422: dict[tuple[str, str], str] = {
@@ -98,5 +106,15 @@ def not_a_server_error_narrowed(ctx: Any, response: Any, case: Any) -> bool | No
         return not_a_server_error(ctx, response, case)
     except Failure:
         if response.status_code == 503 and b'"code":"pricing_unavailable"' in response.content:
+            return None
+        raise
+
+
+@schemathesis.check
+def ensure_resource_availability_narrowed(ctx: Any, response: Any, case: Any) -> bool | None:
+    try:
+        return ensure_resource_availability(ctx, response, case)
+    except Failure:
+        if response.status_code == 404 and any(code in response.content for code in OWN_RESOURCES):
             return None
         raise

@@ -10,8 +10,8 @@ status codes, media types, response bodies and headers, negative data rejected, 
 data accepted, missing required headers, unsupported methods (405 with Allow), ignored
 auth, use after free, resource availability.
 
-Two checks are narrowed, never dropped, in `tests/contract/hooks.py`, each by the exact
-refusals a money API gives to a schema-valid request with the reason beside it (and 402,
+Three checks are narrowed, never dropped, in `tests/contract/hooks.py`, each by the exact
+answers of a money API that a schema cannot predict, with the reason beside it (and 402,
 not a 2xx, is the answer to a reservation the account cannot pay: configured below).
 Runs are seeded (the same requests every run) and bounded: each surface within
 `TIMEOUT_SECONDS`.
@@ -37,12 +37,14 @@ from ledger.settings import normalize_database_url
 from pricing.examples import contract_price_document
 from tests import pg
 from tests.conftest import ADMIN, GATEWAY, TEST_ENV, auth, new_id
+from tests.contract.hooks import NARROWED
 from tests.serving import ROOT, Server
 
 EXAMPLES = 15
-TIMEOUT_SECONDS = 75
+# A hard cap per surface for a loaded CI machine; alone, the gateway takes about 6 s and the
+# admin surface about 30 s.
+TIMEOUT_SECONDS = 150
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
-NARROWED = ("positive_data_acceptance", "not_a_server_error")  # replaced by tests/contract/hooks.py
 # A schema-valid reservation the account cannot pay is 402 (the contract), not a 2xx.
 POSITIVE_STATUSES = ["2xx", "3xx", "401", "402", "403", "404", "409", "429", "5xx"]
 
