@@ -31,6 +31,7 @@ from ledger.http.admission import admit
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
 from ledger.http.fastlane import FastLane
+from ledger.http.methods import ALLOWED, allowed_methods, options_middleware
 from ledger.http.middleware import request_context_middleware
 from ledger.http.throttle import AuthThrottle, throttled_response
 from ledger.openapi import assets_router, finish
@@ -116,7 +117,7 @@ def create_app(
         # screening); no layer below the app may set its own before_request hook.
         before_request=admit,
         request_max_body_size=settings.max_body_bytes,
-        middleware=[request_context_middleware],
+        middleware=[request_context_middleware, options_middleware],
         openapi_config=openapi_config(
             title="ledger",
             version=__version__,
@@ -126,6 +127,7 @@ def create_app(
         template_config=console.template_config(),
         debug=False,
     )
+    app.state[ALLOWED] = allowed_methods(app)
     if settings.fast_lane:
         # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane).
         app.asgi_handler = FastLane(app, app.asgi_handler)

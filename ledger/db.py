@@ -4,6 +4,8 @@ Every service runs its work inside `transaction(...)`: one database transaction,
 committed explicitly before the response is built. Deadlocks and serialization
 failures are retried a few times (they are transient by definition); a database
 that cannot be reached becomes `DatabaseUnavailable` (503), never a stack trace.
+The pool tests each connection as it hands it out (`pool_pre_ping`), so a connection
+that died in a database restart or failover is replaced, not given to a request.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def make_engine(url: str, *, pool_size: int = 20, max_overflow: int = 10) -> Asy
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=False,
+        pool_pre_ping=True,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5},
     )

@@ -94,6 +94,15 @@ class MethodNotAllowed(LedgerError):
     status, code, type = 405, "method_not_allowed", "invalid_request"
 
 
+class ClientDisconnected(LedgerError):
+    """The client hung up before its request body was complete: nobody is left to answer.
+
+    Counted and logged with nginx's 499 ("client closed request"), never as a 5xx.
+    """
+
+    status, code, type = 499, "client_disconnected", "invalid_request"
+
+
 class PayloadTooLarge(LedgerError):
     status, code, type = 413, "payload_too_large", "invalid_request"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, get, patch, post
@@ -24,7 +23,7 @@ from ledger.accounts.service import AccountService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
-from ledger.http.query import Cursor, Limit, time_range, utc
+from ledger.http.query import AsOf, Cursor, From, IdCursor, Limit, To, time_range, timestamp
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -119,9 +118,9 @@ class AdminAccountController(Controller):
         self,
         request: Request[Any, Any, Any],
         account_id: str,
-        as_of: Annotated[datetime | None, Parameter(default=None)],
+        as_of: AsOf,
     ) -> Balance:
-        return await service(request).balance(account_id, utc(as_of, param="as_of"))
+        return await service(request).balance(account_id, timestamp(as_of, param="as_of"))
 
     @post(
         "/{account_id:str}/deposits",
@@ -161,10 +160,10 @@ class AdminAccountController(Controller):
         request: Request[Any, Any, Any],
         account_id: str,
         limit: Limit,
-        cursor: Cursor,
+        cursor: IdCursor,
         kind: Annotated[JournalKind | None, Parameter(default=None)],
-        since: Annotated[datetime | None, Parameter(query="from", default=None)],
-        until: Annotated[datetime | None, Parameter(query="to", default=None)],
+        since: From,
+        until: To,
     ) -> Page:
         lo, hi = time_range(since, until)
         return await service(request).journal(

@@ -8,10 +8,12 @@ import msgspec
 
 from ledger.schemas import (
     AccountId,
-    AmountText,
     Currency,
     IdempotencyKey,
     Metadata,
+    NonNegativeAmount,
+    NonZeroAmount,
+    PositiveAmount,
     Reason,
     Reference,
 )
@@ -20,12 +22,12 @@ from ledger.schemas import (
 class CreateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     account_id: AccountId
     currency: Currency = "USD"
-    credit_limit: AmountText = "0"
+    credit_limit: NonNegativeAmount = "0"
     metadata: Metadata = {}
 
 
 class _DepositFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    amount: AmountText
+    amount: PositiveAmount
     reference: Reference | None = None
 
 
@@ -42,7 +44,7 @@ class DepositBody(_DepositFields, frozen=True, kw_only=True):
 
 
 class _AdjustmentFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    amount: AmountText
+    amount: NonZeroAmount
     reason: Reason
 
 
@@ -62,7 +64,7 @@ class UpdateAccount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """PATCH: the fields given are set (metadata is replaced whole); `reason` is required."""
 
     reason: Reason
-    credit_limit: AmountText | msgspec.UnsetType = msgspec.UNSET
+    credit_limit: NonNegativeAmount | msgspec.UnsetType = msgspec.UNSET
     metadata: Metadata | msgspec.UnsetType = msgspec.UNSET
 
 

@@ -11,11 +11,11 @@ from ledger.alerts.schemas import Alert, AlertConfig
 from ledger.alerts.service import AlertService
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
-from ledger.http.query import Cursor, Limit, id_cursor
+from ledger.http.query import IdCursor, Limit, id_cursor
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals
-from ledger.schemas import Page
+from ledger.schemas import NOT_BLANK, Page
 
 # Roles that see a delivery attempt's status code and error: the error tells a refused
 # connection from a timeout from an HTTP status, which to a viewer would be a port scanner.
@@ -64,7 +64,13 @@ class AdminAlertController(Controller):
         request: Request[Any, Any, Any],
         account_id: str,
         reason: Annotated[
-            str | None, Parameter(default=None, max_length=2000, description="why (required, audit-logged)")
+            str,
+            Parameter(
+                min_length=1,
+                max_length=2000,
+                schema_extra={"pattern": NOT_BLANK},  # not only white space (the service checks it)
+                description="why (required, audit-logged)",
+            ),
         ],
     ) -> None:
         await service(request).remove(account_id, reason, actor_of(request))
@@ -77,7 +83,7 @@ class AdminAlertController(Controller):
         responses=refusals(GUARDED, 404, notes={404: "`account_not_found`"}),
     )
     async def events(
-        self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: Cursor
+        self, request: Request[Any, Any, Any], account_id: str, limit: Limit, cursor: IdCursor
     ) -> Page:
         detail = actor_of(request).role in DETAIL_ROLES
         return await service(request).events(account_id, before=id_cursor(cursor), limit=limit, detail=detail)

@@ -7,9 +7,14 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.schemas import AmountText, Reason
+from ledger.schemas import AmountText, Reason, documented
 
-WebhookUrl = Annotated[str, Meta(min_length=1, max_length=2048)]
+# What ledger.alerts.webhook.check_webhook_url takes: http(s), a host, no user, port 1-9999
+# as documented here (up to 65535 taken), printable ASCII.
+WEBHOOK_URL_PATTERN = r"^https?://[A-Za-z0-9._~%!$&'()*+,;=-]+(:[1-9][0-9]{0,3})?([/?#][!-~]*)?$"
+WebhookUrl = Annotated[
+    str, Meta(min_length=1, max_length=2048, extra_json_schema=documented(WEBHOOK_URL_PATTERN))
+]
 
 
 class AlertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

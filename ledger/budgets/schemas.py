@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.schemas import AmountText, Reason
+from ledger.schemas import Fraction, PositiveAmount, Reason
 
 # Like an idempotency key: 1..128 characters (U+0000 is refused for every body string by
 # admission), but no "/": the key must be addressable as one segment of the admin path
@@ -22,10 +22,10 @@ class SetBudget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     `period` is required with an amount; `alert_threshold` is an optional fraction of the
     amount in (0, 1] (e.g. "0.8": alert once the period's spend reaches 80 %)."""
 
-    amount: AmountText | None
+    amount: PositiveAmount | None
     reason: Reason
     period: Period | None = None
-    alert_threshold: AmountText | None = None
+    alert_threshold: Fraction | None = None
 
 
 class Budget(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ from ledger.grants.service import GrantService
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
-from ledger.http.query import Cursor, Limit
+from ledger.http.query import Limit, UuidCursor
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
@@ -55,7 +55,7 @@ class AdminGrantController(Controller):
         request: Request[Any, Any, Any],
         account_id: str,
         limit: Limit,
-        cursor: Cursor,
+        cursor: UuidCursor,
         live: Annotated[bool, Parameter(default=False)],
     ) -> Page:
         return await service(request).list(account_id, cursor=cursor, limit=limit, live=live)

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.schemas import AmountText, IdempotencyKey, Reason, Reference
+from ledger.schemas import IdempotencyKey, PositiveAmount, Reason, Reference
 
 # Lower is consumed first. Promotional credit conventionally takes 0-99 and paid
 # (purchased) credit 100 and up, so promotional credit is spent before paid credit.
@@ -20,7 +20,7 @@ GrantState = Literal["active", "consumed", "expired"]
 
 
 class _GrantFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    amount: AmountText
+    amount: PositiveAmount
     expires_at: ExpiresAt
     reason: Reason
     priority: Priority = PAID

@@ -22,6 +22,7 @@ from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
+from ledger.http.query import UuidCursor
 from ledger.http.request import actor_of
 from ledger.ids import parse_uuid
 from ledger.openapi import SECURITY
@@ -118,9 +119,12 @@ class AdminHoldController(Controller):
         request: Request[Any, Any, Any],
         hold_state: Annotated[HoldState | None, Parameter(query="state", default=None)],
         account_id: Annotated[str | None, Parameter(default=None)],
-        older_than_seconds: Annotated[int | None, Parameter(default=None, ge=0, le=MAX_AGE_SECONDS)],
+        older_than_seconds: Annotated[
+            # schema_extra: Litestar leaves a bound of 0 out of the OpenAPI document
+            int | None, Parameter(default=None, ge=0, le=MAX_AGE_SECONDS, schema_extra={"minimum": 0})
+        ],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
-        cursor: Annotated[str | None, Parameter(default=None)],
+        cursor: UuidCursor,
     ) -> Page:
         if cursor is not None and parse_uuid(cursor) is None:
             raise ValidationFailed("cursor is not one this service issued", param="cursor")

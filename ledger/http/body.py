@@ -12,7 +12,11 @@ Two passes, both before any handler code sees a value:
 2. `decode(raw, Struct)`: msgspec's strict rules against the handler's frozen Struct
    (Litestar's own conversion is lax, so "100" would become 100 for an integer
    field), unknown fields refused where the Struct says so. A well-formed body of
-   the wrong shape is 422 `validation_error` naming the field in `param`.
+   the wrong shape is 422 `validation_error` naming the field in `param`. A body's
+   `usage` object (kept with the hold as sent) is bounded by
+   `ledger.schemas.check_usage`: 422 `usage_invalid`, param `usage`. It is measured
+   only when the body is large enough to matter (`USAGE_FREE_BYTES`), so the gateway's
+   usual settle pays nothing for it.
 
 Handlers still declare `data: <Struct>` so that Litestar documents the body in the
 OpenAPI schema (its own lax pass accepts everything the strict pass does); the
@@ -29,12 +33,17 @@ import msgspec
 from litestar import Request
 
 from ledger.errors import InvalidJson, ValidationFailed
+from ledger.schemas import MAX_USAGE_BYTES, check_usage
 
 T = TypeVar("T")
 
 # Deeper than any body this service reads (a price document is 4 levels deep,
 # `metadata` is the caller's own) and far below any recursion limit.
 MAX_DEPTH = 32
+
+# A body this short cannot hold a usage over the limit: re-encoding decoded JSON grows it
+# less than 5x (the worst is a short float such as 1e15, written out in full).
+USAGE_FREE_BYTES = MAX_USAGE_BYTES // 8
 
 # Set in the request's scope state once `screen` has passed its body (admission does it
 # for every request), so `read` does not parse the body twice.
@@ -122,12 +131,15 @@ def decode(raw: bytes, kind: type[T], *, optional: bool = False, screened: bool 
     if not screened:
         screen(raw)
     try:
-        return msgspec.json.decode(raw, type=kind)
+        value = msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as error:
         param, message = validation_param(str(error))
         raise ValidationFailed(message, param=param) from error
     except msgspec.DecodeError as error:
         raise InvalidJson(f"request body is not valid JSON: {error}") from error
+    if len(raw) > USAGE_FREE_BYTES and "usage" in getattr(kind, "__struct_fields__", ()):
+        check_usage(getattr(value, "usage"))  # noqa: B009 (`kind` is any Struct)
+    return value
 
 
 async def read(request: Request[Any, Any, Any], kind: type[T], *, optional: bool = False) -> T:

@@ -16,6 +16,7 @@ import structlog
 from litestar import Request, Response
 from litestar.exceptions import (
     HTTPException,
+    InternalServerException,
     MethodNotAllowedException,
     NotFoundException,
     ValidationException,
@@ -24,12 +25,14 @@ from litestar.exceptions import (
 from ledger import errors
 from ledger.db import is_unreachable, sqlstate
 from ledger.http.admission import query_key
+from ledger.http.middleware import CLIENT_GONE
 
 log = structlog.get_logger(__name__)
 
 _PATH = re.compile(r"at `\$\.data((?:\.[A-Za-z0-9_]+|\[\d+\])*)`")
 _UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
+_MISSING_PARAMETER = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
 
 
 def error_body(error: errors.LedgerError) -> dict[str, Any]:
@@ -72,6 +75,10 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
         cause = str(exc.__cause__ or "")
         if "missing required field `data`" in cause:
             return errors.InvalidJson("request body is empty; a JSON object is required")
+        if m := _MISSING_PARAMETER.match(str(exc.detail)):
+            return errors.ValidationFailed(
+                f"the {m.group(1)} parameter {m.group(2)!r} is required", param=m.group(2)
+            )
         param, message = _validation_param(exc)
         return errors.ValidationFailed(message, param=param)
     if isinstance(exc, NotFoundException):
@@ -104,17 +111,33 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
 
 
 def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.LedgerError:
-    """What a request that raised `exc` is answered with; a 5xx is logged with its cause."""
+    """What a request that raised `exc` is answered with; a 5xx is logged with its cause.
+
+    A fault is logged at error with its traceback; a 503 the service raised on purpose (no
+    price applies) is a warning without one: its message is its whole cause.
+    """
     error = translate(exc, body_limit=body_limit)
-    if error.status >= 500:
+    if exc is error and isinstance(error, errors.ServiceUnavailable):
+        log.warning("request.unavailable", code=error.code, path=path, message=error.message)
+    elif error.status >= 500:
         log.error("request.failed", code=error.code, path=path, exc_info=exc)
     return error
 
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    if isinstance(exc, InternalServerException) and request.scope["state"].get(CLIENT_GONE):
+        # Litestar's "client disconnected prematurely" while reading the body: no one to answer.
+        log.info("request.client_disconnected", path=request.url.path)
+        return error_response(errors.ClientDisconnected("the client closed the connection mid-request"))
     settings = getattr(request.app.state, "settings", None)
     error = refusal(exc, path=request.url.path, body_limit=getattr(settings, "max_body_bytes", None))
     if isinstance(exc, ValidationException) and error.param:
         # Litestar names a query parameter by its Python name; the caller sent its alias.
         error.param = query_key(request, error.param)
-    return error_response(error)
+    response = error_response(error)
+    if isinstance(exc, MethodNotAllowedException):
+        # The router names every method the path serves (all its handlers, OPTIONS included).
+        allow = sorted(m.strip() for m in (exc.headers or {}).get("allow", "").split(",") if m.strip())
+        if allow:
+            response.headers["Allow"] = ", ".join(allow)
+    return response

@@ -3,6 +3,11 @@
 `begin` and `finish` are the two halves, shared with `ledger.http.fastlane` (which
 serves the gateway's hot calls before the framework and must log and count them
 exactly as this middleware does).
+
+A client that hangs up before its body is complete (the server's `receive` answers
+`http.disconnect`) is marked in the request's scope state (`CLIENT_GONE`), so that the
+exception handler answers the framework's "client disconnected" error as a 499 logged
+at info, never as a 500 with a traceback.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ import uuid
 from typing import Any
 
 import structlog
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from ledger.metrics import LATENCY, REQUESTS
 
 log = structlog.get_logger("ledger.access")
 
 REQUEST_ID = b"x-request-id"
+CLIENT_GONE = "ledger_client_gone"
 
 
 def request_id_from(incoming_header: bytes) -> str:
@@ -52,6 +58,13 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
         started = begin(request_id)
         scope["state"]["request_id"] = request_id
         status = {"code": 500}
+        state = scope["state"]
+
+        async def receive_watching() -> ReceiveMessage:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                state[CLIENT_GONE] = True
+            return message
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -62,7 +75,7 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
             await send(message)
 
         try:
-            await app(scope, receive, send_with_id)
+            await app(scope, receive_watching, send_with_id)
         finally:
             route = scope.get("path_template") or "unmatched"
             finish(str(scope.get("method", "")), route, status["code"], started)

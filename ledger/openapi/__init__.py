@@ -10,7 +10,11 @@
     of a request;
   * the price publish body (read raw, so that a key given twice is refused) is documented;
   * Litestar's own 400 body (`status_code`, `detail`) is dropped where it is not the
-    service's answer: the service refuses parameters with a 422 in the one error shape.
+    service's answer: the service refuses parameters with a 422 in the one error shape;
+  * a body Struct that forbids unknown fields says so (`additionalProperties: false`);
+  * an optional body (interrupt) is an optional request body, not a required JSON null;
+  * an operation whose body takes an optional `idempotency_key` also documents the
+    `Idempotency-Key` header (`ledger.http.idempotency_key`: one of the two is required).
 
 Invariant: every operation documents only the error shape (`ErrorBody`) for its refusals,
 and every /v1 and /admin/v1 operation, and no other, carries the bearer requirement.
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from litestar.enums import ParamType
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import (
@@ -31,6 +36,7 @@ from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
+    Parameter,
     Reference,
     RequestBody,
     Schema,
@@ -39,6 +45,7 @@ from litestar.openapi.spec import (
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
 
+from ledger.http.idempotency_key import HEADER as IDEMPOTENCY_HEADER
 from ledger.openapi import shapes
 from ledger.openapi.responses import CSV_MARK
 
@@ -139,6 +146,58 @@ def _is_litestar_400(response: Any) -> bool:
     return isinstance(schema, Schema) and "status_code" in (schema.properties or {})
 
 
+def _structs(kind: type[msgspec.Struct]) -> list[type[msgspec.Struct]]:
+    found = []
+    for sub in kind.__subclasses__():
+        found.append(sub)
+        found.extend(_structs(sub))
+    return found
+
+
+def strict_components() -> set[str]:
+    """Names of the service's Structs that refuse unknown fields (and of none that accept them)."""
+    strict: set[str] = set()
+    lax: set[str] = set()
+    for struct in _structs(msgspec.Struct):
+        if struct.__module__.startswith("ledger."):
+            config = struct.__struct_config__
+            (strict if config.forbid_unknown_fields else lax).add(struct.__name__)
+    return strict - lax
+
+
+def _idempotency_header() -> Parameter:
+    return Parameter(
+        name=IDEMPOTENCY_HEADER,
+        param_in=ParamType.HEADER,
+        required=False,
+        schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255),
+        description="the idempotency key, instead of (or equal to) the body's `idempotency_key`: "
+        "one of the two is required; both given and different is 422",
+    )
+
+
+def _body(operation: Any, schemas: dict[str, Schema]) -> None:
+    """An optional body as an optional request body; the idempotency key's header where it applies."""
+    body = operation.request_body
+    if not isinstance(body, RequestBody):
+        return
+    media = body.content.get("application/json")
+    schema = media.schema if media is not None else None
+    if isinstance(schema, Schema) and schema.one_of and len(schema.one_of) == 2:
+        kinds = [s for s in schema.one_of if isinstance(s, Reference)]
+        if len(kinds) == 1 and any(getattr(s, "type", None) == OpenAPIType.NULL for s in schema.one_of):
+            media.schema = schema = kinds[0]  # type: ignore[union-attr]
+            body.required = False
+    component = schemas.get(schema.ref.rsplit("/", 1)[-1]) if isinstance(schema, Reference) else None
+    key = "idempotency_key"
+    if (
+        component is not None
+        and key in (component.properties or {})
+        and key not in (component.required or [])
+    ):
+        operation.parameters = [*(operation.parameters or []), _idempotency_header()]
+
+
 def finish(openapi: OpenAPI) -> OpenAPI:
     """Complete the generated document in place (see the module docstring); returns it."""
     components = openapi.components
@@ -157,11 +216,15 @@ def finish(openapi: OpenAPI) -> OpenAPI:
         if owner.properties is None or prop not in owner.properties:
             raise RuntimeError(f"OpenAPI component {component} has no property {prop}")
         owner.properties[prop] = _ref(shape, nullable)
+    for name in strict_components() & schemas.keys():
+        if schemas[name].properties is not None:
+            schemas[name].additional_properties = False
     for path, item in (openapi.paths or {}).items():
         for method in ("get", "post", "put", "patch", "delete"):
             operation = getattr(item, method, None)
             if operation is None:
                 continue
+            _body(operation, schemas)
             if (path, method) in RAW_BODIES:
                 operation.request_body = RequestBody(
                     content={

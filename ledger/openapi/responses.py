@@ -49,8 +49,9 @@ class ErrorBody(msgspec.Struct, frozen=True):
 
 
 # Statuses every guarded (/v1, /admin/v1) operation can answer: no or unknown token (401),
-# wrong surface or role (403), a parameter refused (422), the database unreachable (503).
-GUARDED = (401, 403, 422, 503)
+# wrong surface or role (403), a parameter refused (422), too many failed authentications
+# from the client's address (429), the database unreachable (503).
+GUARDED = (401, 403, 422, 429, 503)
 # Statuses of an operation that reads a JSON body.
 BODY = (400, 413, 415, 422)
 
@@ -71,7 +72,11 @@ DESCRIPTIONS = {
     413: "`payload_too_large`: the body is larger than the service reads",
     415: "`unsupported_media_type`: the body is not `application/json`",
     422: "`validation_error`, `usage_invalid`, `model_limit_exceeded`: a field, parameter or "
-    "query parameter is not acceptable; `param` names it",
+    "query parameter is not acceptable; `param` names it. `price_version_not_effective`, "
+    "`price_version_superseded`: the pinned `price_version` is not in effect yet, or was superseded "
+    "longer ago than the pin grace",
+    429: "`rate_limited`: too many failed authentications from this client address; `Retry-After` "
+    "says in how many seconds it may try again (a correct token is refused too until then)",
     503: "`database_unavailable`, `pricing_unavailable`, `migrations_pending`: the database cannot be "
     "reached, or no valid price applies in the selected version",
 }

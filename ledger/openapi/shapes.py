@@ -18,7 +18,6 @@ Invariants kept here:
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
@@ -39,11 +38,18 @@ Amount = Annotated[
 Rate = Annotated[
     str,
     Meta(
-        pattern=r"^[0-9]+(\.[0-9]{1,6})?$",
+        pattern=r"^((0|[1-9][0-9]{0,5})(\.[0-9]{1,6})?|1000000(\.0{1,6})?)$",
         max_length=64,
-        description="currency per 1,000,000 tokens, a decimal string with at most 6 decimals",
+        description="currency per 1,000,000 tokens, a decimal string with at most 6 decimals, "
+        "at most 1000000",
     ),
 ]
+# What pricing.document reads for `effective_at`: a date and time with an offset.
+RFC3339_WITH_OFFSET = (
+    r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]{1,6})?)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
 Tier = Literal["standard", "long_context"]
 LineCategory = Literal["input", "cached_input", "cache_write_5m", "cache_write_1h", "cache_write", "output"]
 
@@ -123,10 +129,11 @@ class Rates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     input: Rate
     output: Rate
-    cached_input: Rate | None = None
-    cache_write: Rate | None = None
-    cache_write_5m: Rate | None = None
-    cache_write_1h: Rate | None = None
+    # Absent (never null) to use the category's fallback.
+    cached_input: Rate | msgspec.UnsetType = msgspec.UNSET
+    cache_write: Rate | msgspec.UnsetType = msgspec.UNSET
+    cache_write_5m: Rate | msgspec.UnsetType = msgspec.UNSET
+    cache_write_1h: Rate | msgspec.UnsetType = msgspec.UNSET
 
 
 class LongContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -156,17 +163,18 @@ class PriceDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     currency: Annotated[str, Meta(pattern=r"^[A-Z]{3}$")]
     models: Annotated[list[ModelPrice], Meta(min_length=1)]
-    effective_at: Annotated[
-        datetime | None, Meta(description="RFC 3339 with a timezone; absent or null: when published")
-    ] = None
+    effective_at: (
+        Annotated[str, Meta(pattern=RFC3339_WITH_OFFSET, description="RFC 3339 with a time zone offset")]
+        | None
+    ) = None  # absent or null: when published
     source: Annotated[str | None, Meta(description="free text naming where the rates come from")] = None
     replace: Annotated[
-        bool | None,
+        bool,
         Meta(
             description="publish only: true allows the document to drop models the active version "
             "prices; not stored, not part of the content hash"
         ),
-    ] = None
+    ] = False
 
 
 DOCUMENTED = (Usage, Reservation, Charge, PriceDocument)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get
@@ -15,7 +14,7 @@ from ledger.audit.repository import AuditAction  # an unknown action is 422 `act
 from ledger.db import current_revision, head_revision, read_only
 from ledger.errors import DatabaseUnavailable, ValidationFailed
 from ledger.http.auth import admin_guard
-from ledger.http.query import id_cursor, time_range
+from ledger.http.query import From, IdCursor, To, id_cursor, time_range
 from ledger.integrity import service as integrity
 from ledger.metrics import render
 from ledger.openapi import SECURITY
@@ -119,18 +118,19 @@ class AdminOpsController(Controller):
         request: Request[Any, Any, Any],
         target: Annotated[str | None, Parameter(default=None, max_length=500)],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
-        cursor: Annotated[str | None, Parameter(default=None)],
+        cursor: IdCursor,
         action: Annotated[AuditAction | None, Parameter(default=None)],
         actor: Annotated[
             str | None,
             Parameter(
                 default=None,
                 max_length=200,
+                schema_extra={"pattern": f"(:|^({'|'.join(_BARE_IDENTITIES + _ACTOR_ROLES)})$)"},
                 description="an identity as recorded (`finance:3f2a9c1b7d20`), or a role alone (`finance`)",
             ),
         ],
-        since: Annotated[datetime | None, Parameter(query="from", default=None)],
-        until: Annotated[datetime | None, Parameter(query="to", default=None)],
+        since: From,
+        until: To,
     ) -> Page:
         before = id_cursor(cursor)
         lo, hi = time_range(since, until)

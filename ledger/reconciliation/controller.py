@@ -9,6 +9,7 @@ from litestar.params import Parameter
 
 from ledger.errors import ReconciliationRunNotFound
 from ledger.http.auth import admin_guard
+from ledger.http.query import UUID_PATTERN
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, refusals
@@ -33,7 +34,10 @@ class AdminReconciliationController(Controller):
         self,
         request: Request[Any, Any, Any],
         limit: Annotated[int, Parameter(ge=1, le=100, default=20)],
-        cursor: Annotated[str | None, Parameter(default=None, max_length=64)],
+        cursor: Annotated[  # empty: the first page
+            str | None,
+            Parameter(default=None, max_length=36, schema_extra={"pattern": f"^({UUID_PATTERN[1:-1]})?$"}),
+        ],
         nonempty: Annotated[
             bool, Parameter(default=False, description="only runs that resolved something, failed or erred")
         ],

@@ -6,30 +6,19 @@ default. Readable by every admin role (viewer and up).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, get
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from ledger.errors import ValidationFailed
 from ledger.http.auth import admin_guard
-from ledger.http.query import utc
+from ledger.http.query import From, To, timestamp
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, csv_or_json, refusals
 from ledger.reports.repository import GroupBy
 from ledger.reports.service import ReportService, revenue_csv
 
-# Timestamps are taken as text and parsed here, so that a bad one is a 422 naming the
-# query parameter as the caller wrote it (`from`, a Python keyword, cannot be an argument).
-From = Annotated[
-    str | None,
-    Parameter(query="from", default=None, max_length=64, description="inclusive; ISO 8601, naive = UTC"),
-]
-To = Annotated[
-    str | None, Parameter(query="to", default=None, max_length=64, description="exclusive; default now")
-]
 Format = Annotated[Literal["json", "csv"] | None, Parameter(query="format", default=None)]
 CSV = "text/csv; charset=utf-8"
 
@@ -43,16 +32,6 @@ def wants_csv(request: Request[Any, Any, Any], fmt: str | None) -> bool:
     if fmt is not None:
         return fmt == "csv"
     return "text/csv" in request.headers.get("accept", "")
-
-
-def timestamp(value: str | None, param: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as error:
-        raise ValidationFailed(f"{param} is not an ISO 8601 timestamp", param=param) from error
-    return utc(parsed, param=param)
 
 
 class AdminReportController(Controller):
@@ -69,7 +48,7 @@ class AdminReportController(Controller):
     async def statement(
         self, request: Request[Any, Any, Any], account_id: str, start_text: From, end_text: To, fmt: Format
     ) -> Response[Any]:
-        start, end = timestamp(start_text, "from"), timestamp(end_text, "to")
+        start, end = timestamp(start_text, param="from"), timestamp(end_text, param="to")
         reports = service(request)
         if not wants_csv(request, fmt):
             return Response(await reports.statement(account_id, start, end))
@@ -97,8 +76,8 @@ class AdminReportController(Controller):
         report = await service(request).revenue(
             currency=currency,
             group_by=group_by,
-            start=timestamp(start_text, "from"),
-            end=timestamp(end_text, "to"),
+            start=timestamp(start_text, param="from"),
+            end=timestamp(end_text, param="to"),
         )
         if wants_csv(request, fmt):
             return Response(revenue_csv(report), media_type=CSV)

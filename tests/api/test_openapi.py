@@ -175,3 +175,41 @@ def test_real_answers_match_the_document(
     assert settled.json()["usage"]["extra"] == {"kept": True}
     got = client.get(f"/admin/v1/price-versions/{contract_version}", headers=auth(VIEWER))
     assert validator(document, {"$ref": "#/components/schemas/PriceVersion"}).is_valid(got.json()), got.text
+
+
+def test_the_document_declares_headers_patterns_and_closed_bodies(document: dict[str, Any]) -> None:
+    """What a generated client (or schemathesis) needs to send only what the service accepts."""
+    keyed = {
+        ("/v1/holds", "post"),
+        ("/admin/v1/accounts/{account_id}/deposits", "post"),
+        ("/admin/v1/accounts/{account_id}/adjustments", "post"),
+        ("/admin/v1/accounts/{account_id}/grants", "post"),
+    }
+    for path, method, op in operations(document):
+        headers = {p["name"] for p in op.get("parameters", []) if p["in"] == "header"}
+        assert ("Idempotency-Key" in headers) == ((path, method) in keyed), (path, method)
+    schemas = document["components"]["schemas"]
+    for name in ("ReserveBody", "UsageRequest", "DepositBody", "FreezeRequest", "AdminReleaseRequest"):
+        assert schemas[name]["additionalProperties"] is False, name
+    assert "additionalProperties" not in schemas["Usage"]  # unpriced usage fields are kept as sent
+    params = {
+        p["name"]: p["schema"]
+        for p in document["paths"]["/admin/v1/accounts/{account_id}/balance"]["get"]["parameters"]
+    }
+    as_of = re.compile(params["as_of"]["pattern"])
+    assert as_of.search("2026-12-01T00:00:00Z") and as_of.search("2026-12-01")
+    assert not as_of.search("0.5") and not as_of.search("1700000000")
+    deposit = re.compile(schemas["DepositBody"]["properties"]["amount"]["pattern"])
+    assert [bool(deposit.search(v)) for v in ("10.50", "0.000000000001", "0", "-1", "1e3", "01")] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+    interrupt = document["paths"]["/v1/holds/{hold_id}/interrupt"]["post"]["requestBody"]
+    assert interrupt["required"] is False
+    assert interrupt["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/InterruptRequest"
+    }

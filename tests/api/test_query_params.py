@@ -217,3 +217,73 @@ def test_audit_log_filters_by_action_actor_and_time(
     ).json()
     assert total is not None and len(everything["data"]) == min(total[0], 500)
     assert all(r["action"] == "account.deposit" for r in everything["data"])
+
+
+NUMBERS = ("0.5", "1700000000", "0", "-1", "1e9")
+TIMESTAMP_PARAMS = [
+    ("/admin/v1/accounts/{a}/balance", "as_of"),
+    ("/admin/v1/accounts/{a}/transactions", "from"),
+    ("/admin/v1/accounts/{a}/transactions", "to"),
+    ("/admin/v1/audit-log", "from"),
+    ("/admin/v1/audit-log", "to"),
+    ("/admin/v1/accounts/{a}/statement", "from"),
+    ("/admin/v1/reports/revenue", "to"),
+]
+
+
+def test_a_bare_number_is_never_a_timestamp(client: TestClient[Any], make_account: Any) -> None:
+    """`as_of=0.5` was read as half a second after the epoch; every timestamp input refuses it."""
+    account = make_account("1")
+    for path, param in TIMESTAMP_PARAMS:
+        for number in NUMBERS:
+            r = client.get(path.format(a=account), params={param: number}, headers=auth(VIEWER))
+            assert r.status_code == 422, (path, param, number, r.text)
+            assert r.json()["error"]["code"] == "validation_error"
+            assert r.json()["error"]["param"] == param, (path, param, number, r.text)
+    bodies = [  # the body fields were already strict; kept here so every timestamp input is covered
+        (
+            f"/admin/v1/accounts/{account}/grants",
+            {"idempotency_key": new_id("g"), "amount": "1", "expires_at": 1900000000, "reason": "t"},
+            "expires_at",
+        ),
+        (
+            "/admin/v1/price-versions",
+            {
+                "currency": "USD",
+                "effective_at": 1700000000,
+                "models": [
+                    {
+                        "model": "m",
+                        "max_input_tokens": 1,
+                        "max_output_tokens": 1,
+                        "rates": {"input": "1", "output": "1"},
+                    }
+                ],
+            },
+            "effective_at",
+        ),
+    ]
+    for path, body, param in bodies:
+        r = client.post(path, json=body, headers=auth(FINANCE))
+        assert (r.status_code, r.json()["error"]["param"]) == (422, param), r.text
+
+
+READ = [
+    ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05Z"),
+    ("2026-01-02T03:04:05.25+02:00", "2026-01-02T01:04:05.250000Z"),
+    ("2026-01-02T03:04", "2026-01-02T03:04:00Z"),  # no offset: UTC
+    ("2026-01-02", "2026-01-02T00:00:00Z"),  # a date alone: its midnight UTC
+]
+REFUSED = ["2026-02-30", "0000-01-01", "2026-01-02T03:04:05.1234567Z", "2026-01-02 03:04", "2026-01-02T03"]
+
+
+def test_timestamps_are_rfc3339_text(client: TestClient[Any], make_account: Any) -> None:
+    """What the API documents for every timestamp parameter (docs/api.md), read by one parser."""
+    url = f"/admin/v1/accounts/{make_account('1')}/balance"
+    for text, expected in READ:
+        r = client.get(url, params={"as_of": text}, headers=auth(VIEWER))
+        assert (r.status_code, r.json().get("as_of")) == (200, expected), (text, r.text)
+    for text in REFUSED:
+        r = client.get(url, params={"as_of": text}, headers=auth(VIEWER))
+        assert r.status_code == 422, (text, r.text)
+        assert r.json()["error"]["param"] == "as_of", (text, r.text)

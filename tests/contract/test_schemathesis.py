@@ -1,61 +1,58 @@
-"""The OpenAPI document against the running service: schemathesis, a bounded number of examples.
+"""The OpenAPI document against the running service: schemathesis, every check, both surfaces.
 
 A real `ledger serve` process on a free port and a fresh database (migrated, seeded with
-an account, a price version, an open hold and a reconciliation run, so the id paths are
-reachable). Every documented operation gets up to `EXAMPLES` generated requests (hypothesis, through
-schemathesis's strategies; all operations are tried and every failure reported), a path id
-replaced by a seeded one about half of the time. Each answer must pass:
+an account, a price version, an open hold, a budget and a reconciliation run, so the id
+paths are reachable: each path id is the seeded one about half of the time, through a
+schemathesis dictionary). schemathesis's own runner (`schemathesis run`, as a subprocess,
+so its coverage, fuzzing and stateful phases all run) tests the gateway surface with a
+gateway token and the admin surface with an admin token, `--checks all`: server errors,
+status codes, media types, response bodies and headers, negative data rejected, positive
+data accepted, missing required headers, unsupported methods (405 with Allow), ignored
+auth, use after free, resource availability.
 
-- not_a_server_error: no 5xx other than a documented 503;
-- status_code_conformance: the status is documented for the operation;
-- content_type_conformance: the media type is the documented one;
-- response_schema_conformance: the body matches the documented schema.
-
-Runs are derandomized (the same examples every run) and bounded: the whole file must
-finish inside `BUDGET_SECONDS`.
+Three checks are narrowed, never dropped, in `tests/contract/hooks.py`, each by the exact
+answers of a money API that a schema cannot predict, with the reason beside it (and 402,
+not a 2xx, is the answer to a reservation the account cannot pay: configured below).
+Runs are seeded (the same requests every run) and bounded: each surface within
+`TIMEOUT_SECONDS`.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from ledger.db import migrate
 from ledger.settings import normalize_database_url
 from pricing.examples import contract_price_document
 from tests import pg
 from tests.conftest import ADMIN, GATEWAY, TEST_ENV, auth, new_id
-from tests.serving import Server
+from tests.contract.hooks import NARROWED
+from tests.serving import ROOT, Server
 
 EXAMPLES = 15
-BUDGET_SECONDS = 110
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-
-
-# Failures owned by another branch, expected until it merges (operation -> text of the failure).
-# Strict: once such an operation passes, the test fails until its entry is removed here.
+# A hard cap per surface for a loaded CI machine; alone, the gateway takes about 6 s and the
+# admin surface about 30 s.
+TIMEOUT_SECONDS = 150
+SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
+# A schema-valid reservation the account cannot pay is 402 (the contract), not a 2xx.
+POSITIVE_STATUSES = ["2xx", "3xx", "401", "402", "403", "404", "409", "429", "5xx"]
 
 
 @dataclass(frozen=True)
 class Live:
     base: str
     ids: dict[str, str]  # path parameter -> a seeded id
-    started: float  # when the service was up: the budget counts from here
 
 
 def _seed(base: str) -> dict[str, str]:
@@ -98,69 +95,78 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     try:
         with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
             serve.wait_ready(30)
-            yield Live(base=serve.base, ids=_seed(serve.base), started=time.monotonic())
+            yield Live(base=serve.base, ids=_seed(serve.base))
+            serve.assert_no_tracebacks()
     finally:
         pg.drop_database(admin, name)
 
 
-@pytest.fixture(scope="module")
-def api_schema(live: Live) -> Any:
-    return schemathesis.openapi.from_url(f"{live.base}/schema/openapi.json")
+def config(live: Live) -> str:
+    """schemathesis.toml: the seeded ids (half of the time) and the 402 of a money API.
+
+    No cache: every run starts from the same seed alone, and writes nothing into the repository.
+    """
+    lines = [
+        "[cache]",
+        "enabled = false",
+        "[checks.positive_data_acceptance]",
+        f"expected-statuses = {POSITIVE_STATUSES!r}".replace("'", '"'),
+    ]
+    for name, value in live.ids.items():
+        lines += [f"[dictionaries.{name}]", f'values = ["{value}"]']
+    lines.append("[parameters]")
+    for name in live.ids:
+        lines.append(f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}')
+    return "\n".join(lines) + "\n"
 
 
-def token_for(path: str) -> str | None:
-    if path.startswith("/v1/"):
-        return GATEWAY
-    if path.startswith("/admin/v1/"):
-        return ADMIN
-    return None
-
-
-def exercise(operation: Any, live: Live, statuses: Counter[str]) -> None:
-    """Up to EXAMPLES generated requests to one operation; raises on the first failed check."""
-
-    @given(case=operation.as_strategy(), seeded=st.booleans())
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
+def run_schemathesis(live: Live, tmp_path: Path, token: str, paths: str) -> tuple[int, str, float]:
+    toml = tmp_path / "schemathesis.toml"
+    toml.write_text(config(live))
+    command = [
+        str(SCHEMATHESIS),
+        "--config-file",
+        str(toml),
+        "--no-color",
+        "run",
+        f"{live.base}/schema/openapi.json",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        ",".join(NARROWED),
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--include-path-regex",
+        paths,
+        "--max-examples",
+        str(EXAMPLES),
+        "--seed",
+        "1",
+        "--workers",
+        "1",
+        "--no-shrink",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.contract.hooks", "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False
     )
-    def run(case: Any, seeded: bool) -> None:
-        assert time.monotonic() - live.started < BUDGET_SECONDS, "the contract run is over its time budget"
-        if seeded and case.path_parameters:
-            case.path_parameters = {k: live.ids.get(k, v) for k, v in case.path_parameters.items()}
-        headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
-        token = token_for(case.path)
-        if token is not None:
-            headers.update(auth(token))
-        case.headers = headers
-        response = case.call_and_validate(base_url=live.base, checks=CHECKS, timeout=15)
-        statuses[f"{operation.label} {response.status_code}"] += 1
-
-    run()
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
-def test_every_answer_is_documented(api_schema: Any, live: Live) -> None:
-    statuses: Counter[str] = Counter()
-    failures: list[tuple[str, str]] = []
-    operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) >= 30, [op.label for op in operations]
-    for operation in operations:
-        try:
-            exercise(operation, live, statuses)
-        except (
-            Exception,
-            BaseExceptionGroup,
-        ) as error:  # every operation is tried; all failures are reported together
-            failures.append((operation.label, f"{operation.label}: {type(error).__name__}: {error}"))
-    elapsed = time.monotonic() - live.started
-    print(
-        f"schemathesis: {len(operations)} operations, {sum(statuses.values())} requests, "
-        f"{len(CHECKS)} checks each, {elapsed:.1f} s"
-    )
-    for key, count in sorted(statuses.items()):
-        print(f"  {key}: {count}")
-    assert not failures, "\n\n".join(text for _, text in failures)
+@pytest.mark.parametrize(
+    ("surface", "token", "paths", "operations"),
+    [("gateway", GATEWAY, "^/v1/", 8), ("admin", ADMIN, "^/admin/v1/", 30)],
+)
+def test_every_check_passes(
+    live: Live, tmp_path: Path, surface: str, token: str, paths: str, operations: int
+) -> None:
+    code, output, elapsed = run_schemathesis(live, tmp_path, token, paths)
+    (tmp_path / "schemathesis.txt").write_text(output)
+    summary = output[output.find("SUMMARY") :]
+    print(f"schemathesis ({surface}): {elapsed:.1f} s\n{summary}")
+    tested = re.search(r"Tested: (\d+)", output)
+    assert tested is not None and int(tested.group(1)) >= operations, output[-3000:]
+    assert "Failures:" not in output and code == 0, output[-20000:]
