@@ -82,6 +82,14 @@ class Settings:
     migration_database_url: str | None = None
     # When set, `ledger migrate` grants this role the service's privileges after upgrading.
     service_role: str | None = None
+    # The admin surface's lists, statements, reports and journals are read through this URL
+    # (a standby: `target_session_attrs=prefer-standby`); None: everything uses `database_url`.
+    # Whatever writes or reserves always uses `database_url`.
+    read_database_url: str | None = None
+    # With no synchronous standby behind the primary (`ledger.replication`): False keeps
+    # serving (an acknowledged commit is then on one machine only); True refuses every
+    # write with 503 `database_degraded` until a synchronous standby is back.
+    require_sync_standby: bool = False
     # Largest request body accepted (bytes); larger is 413 `payload_too_large`. A price
     # document, the largest body, is a few KiB.
     max_body_bytes: int = 1_048_576
@@ -237,6 +245,12 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
             if env.get("LEDGER_MIGRATION_DATABASE_URL")
             else None
         ),
+        read_database_url=(
+            normalize_database_url(env["LEDGER_READ_DATABASE_URL"], "LEDGER_READ_DATABASE_URL")
+            if env.get("LEDGER_READ_DATABASE_URL")
+            else None
+        ),
+        require_sync_standby=_flag(env, "LEDGER_REQUIRE_SYNC_STANDBY", False),
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
         max_body_bytes=_int(env, "LEDGER_MAX_BODY_BYTES", 1_048_576, minimum=1024),

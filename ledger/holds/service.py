@@ -156,8 +156,17 @@ def hold_id_of(value: str) -> UUID:
 
 
 class HoldService:
-    def __init__(self, engine: AsyncEngine, prices: PriceService, settings: Settings) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        prices: PriceService,
+        settings: Settings,
+        *,
+        reads: AsyncEngine | None = None,
+    ) -> None:
         self.engine = engine
+        # The admin surface's hold lists (LEDGER_READ_DATABASE_URL: a standby); nothing that writes.
+        self.reads = (reads or engine).execution_options(isolation_level="AUTOCOMMIT")
         # Single statements (the reserve, the common settle, and every read here) run in
         # autocommit: one round trip each, no BEGIN / COMMIT.
         self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -407,7 +416,7 @@ class HoldService:
         limit: int,
     ) -> tuple[list[Hold], str | None]:
         after = parse_uuid(cursor) if cursor else None
-        async with read_only(self.autocommit) as conn:
+        async with read_only(self.reads) as conn:
             rows = await repository.list_page(
                 conn, state=state, account_id=account_id, older_than=older_than, after=after, limit=limit + 1
             )

@@ -126,9 +126,9 @@ def test_extra_parameters_go_on_top_and_the_settings_carry_the_sqlalchemy_form()
     url = DatabaseURL.parse(AUTOCTL)
     info = conninfo_to_dict(url.conninfo(connect_timeout=5, application_name="ledger"))
     assert info["connect_timeout"] == "5" and info["application_name"] == "ledger"
-    settings = load_settings({"LEDGER_DATABASE_URL": AUTOCTL, "LEDGER_MIGRATION_DATABASE_URL": AUTOCTL})
+    settings = load_settings({"LEDGER_DATABASE_URL": AUTOCTL, "LEDGER_READ_DATABASE_URL": AUTOCTL})
     assert settings.database_url == url.sqlalchemy()
-    assert settings.migration_database_url == url.sqlalchemy()
+    assert settings.read_database_url == url.sqlalchemy()
     assert DatabaseURL.parse(settings.database_url) == url
 
 
