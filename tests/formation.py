@@ -60,9 +60,17 @@ FAST_HEALTH_CHECKS = {
 }
 
 
+EXTENSION = Path("/usr/share/postgresql/15/extension/pgautofailover.control")
+
+
 def available() -> bool:
-    """pg_autoctl and PostgreSQL 15's binaries are installed."""
-    return Path(PG_AUTOCTL).exists() and (PG_BIN / "postgres").exists() and (PG_BIN / "pg_ctl").exists()
+    """pg_autoctl, the monitor's extension and PostgreSQL 15's binaries are installed."""
+    return (
+        Path(PG_AUTOCTL).exists()
+        and EXTENSION.exists()
+        and (PG_BIN / "postgres").exists()
+        and (PG_BIN / "pg_ctl").exists()
+    )
 
 
 def free_port() -> int:
