@@ -162,6 +162,81 @@ def test_admin_reads_are_served_by_the_standby_and_writes_by_the_primary(
     assert sessions(primary, "ledger") >= 1
 
 
+def test_a_connection_on_a_standby_is_503_never_500(formation: Formation, service: Server) -> None:
+    """A URL that lands on a standby (no target_session_attrs): every write is refused by the
+    server with SQLSTATE 25006, which the service answers 503 `database_unavailable`."""
+    from litestar.testing import TestClient
+
+    from ledger.app import create_app
+    from ledger.settings import load_settings
+    from tests.conftest import TEST_ENV, auth
+
+    primary = formation.primary()
+    standby = next(node for node in formation.nodes if node.name != primary.name)
+    account = open_account(service, "standby", "5")
+    settings = load_settings(
+        {
+            **TEST_ENV,
+            "LEDGER_DATABASE_URL": standby.url,
+            "LEDGER_GATEWAY_TOKENS": GATEWAY,
+            "LEDGER_ADMIN_TOKENS": f"{ADMIN}:admin",
+        }
+    )
+    with TestClient(create_app(settings, settings.database_url or "")) as client:
+        deadline = time.monotonic() + 10
+        while client.get(f"/v1/accounts/{account}/balance", headers=auth(GATEWAY)).status_code != 200:
+            assert time.monotonic() < deadline, "the account never reached the standby"
+            time.sleep(0.05)
+        writes = [
+            client.post(
+                "/v1/holds",  # the fast lane's group-commit lane
+                json={"account_id": account, "idempotency_key": "s1", "model": MODEL, "max_output_tokens": 8},
+                headers=auth(GATEWAY),
+            ),
+            client.post(
+                f"/admin/v1/accounts/{account}/deposits",  # the SQLAlchemy pool
+                json={"idempotency_key": "s2", "amount": "1"},
+                headers=auth(ADMIN),
+            ),
+        ]
+        for r in writes:
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "database_unavailable"
+        assert client.get("/readyz").json()["replication"]["in_recovery"] is True
+    assert admin(service, "GET", f"/admin/v1/accounts/{account}/balance").json()["balance"] == "5"
+
+
+def test_the_watch_sees_the_standby_as_a_role_without_pg_read_all_stats(formation: Formation) -> None:
+    """pg_stat_replication hides its details from such a role; a streaming WAL sender counts."""
+    import asyncio
+
+    from ledger.db import make_engine
+    from ledger.replication import ReplicationWatch
+
+    primary = formation.primary()
+    formation.sql(primary, "DROP ROLE IF EXISTS ledger_watch_probe")
+    formation.sql(primary, "CREATE ROLE ledger_watch_probe LOGIN")
+    url = primary.url.replace(f"{formation_module.USER}@", "ledger_watch_probe@")
+
+    async def probe() -> tuple[bool, dict[str, Any]]:
+        engine = make_engine(url, pool_size=1, max_overflow=0)
+        try:
+            watch = ReplicationWatch(engine, required=True)
+            found = await watch.refresh()
+            watch.require()  # a standby is there: nothing is refused
+            return found, watch.status()
+        finally:
+            await engine.dispose()
+
+    found, status = asyncio.run(probe())
+    assert found is True, status
+    assert status["synchronous_commit"] == "on"
+    assert status["synchronous_standby_names"].startswith("ANY 1")
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*), count(sync_state) FROM pg_stat_replication").fetchone()
+    assert row == (1, 0)  # it sees the WAL sender, not its state
+
+
 @dataclass
 class Cycle:
     key: str
