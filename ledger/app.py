@@ -1,7 +1,9 @@
 """The Litestar application factory.
 
-`create_app(settings, database_url)` wires the engine, services, auth registry,
-error handling, request context and OpenAPI. Background jobs are not started
+`create_app(settings, database_url)` wires the engine (and, with
+LEDGER_READ_DATABASE_URL, a second one for the admin surface's lists and histories),
+the replication watch (`ledger.replication`), services, auth registry, error handling,
+request context and OpenAPI. Background jobs are not started
 here: `ledger.cli serve` decides whether they run in-process (embedded mode).
 """
 
@@ -41,6 +43,7 @@ from ledger.prices.controller import AdminPriceController, GatewayQuoteControlle
 from ledger.prices.service import PriceService
 from ledger.reconciliation.controller import AdminReconciliationController
 from ledger.reconciliation.service import ReconciliationService
+from ledger.replication import ReplicationWatch
 from ledger.reports.controller import AdminReportController
 from ledger.reports.service import ReportService
 from ledger.settings import Settings
@@ -88,24 +91,38 @@ def create_app(
         engine = make_engine(
             database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
         )
+        reads = engine
+        if settings.read_database_url is not None:
+            reads = make_engine(
+                settings.read_database_url,
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_max_overflow,
+                application_name="ledger-reads",
+            )
         app.state.engine = engine
+        app.state.reads = reads
         app.state.settings = settings
         app.state.tokens = TokenRegistry(settings)
         app.state.auth_throttle = AuthThrottle.from_settings(settings)
-        app.state.accounts = AccountService(engine)
-        app.state.budgets = BudgetService(engine)
-        app.state.grants = GrantService(engine)
+        app.state.accounts = AccountService(engine, reads=reads)
+        app.state.budgets = BudgetService(engine, reads=reads)
+        app.state.grants = GrantService(engine, reads=reads)
         app.state.prices = PriceService(engine)
-        app.state.holds = HoldService(engine, app.state.prices, settings)
+        app.state.holds = HoldService(engine, app.state.prices, settings, reads=reads)
         app.state.reconciliation = ReconciliationService(engine, app.state.holds, settings)
-        app.state.reports = ReportService(engine)
+        app.state.reports = ReportService(reads)
         app.state.alerts = AlertService(engine, settings)
+        app.state.replication = ReplicationWatch(engine, required=settings.require_sync_standby)
+        await app.state.replication.start()
         settle_heap()
         try:
             yield
         finally:
+            await app.state.replication.stop()
             await app.state.holds.close()
             await engine.dispose()
+            if reads is not engine:
+                await reads.dispose()
 
     app = Litestar(
         route_handlers=[*CONTROLLERS, assets_router()],

@@ -175,3 +175,9 @@ class PricingUnavailable(ServiceUnavailable):
 
 class DatabaseUnavailable(ServiceUnavailable):
     code = "database_unavailable"
+
+
+class DatabaseDegraded(ServiceUnavailable):
+    """The primary has no synchronous standby and LEDGER_REQUIRE_SYNC_STANDBY is on (ledger.replication)."""
+
+    code = "database_degraded"

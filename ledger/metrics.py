@@ -100,6 +100,13 @@ BUDGET_ALERTS = Counter(
     ["period"],
     registry=REGISTRY,
 )
+DATABASE_SYNC_STANDBY = Gauge(
+    "ledger_database_sync_standby",
+    "1 when the primary has a synchronous standby (an answered commit is on two machines), else 0; "
+    "read every second by each serving process (ledger.replication)",
+    registry=REGISTRY,
+    multiprocess_mode="mostrecent",
+)
 HOLDS_OPEN = Gauge(
     "ledger_holds", "Unresolved holds by state", ["state"], registry=REGISTRY, multiprocess_mode="mostrecent"
 )

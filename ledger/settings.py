@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
+from ledger.database_url import DatabaseURL, DatabaseURLError
 from ledger.tokens import (
     ROLES,
     AdminToken,
@@ -90,6 +91,14 @@ class Settings:
     migration_database_url: str | None = None
     # When set, `ledger migrate` grants this role the service's privileges after upgrading.
     service_role: str | None = None
+    # The admin surface's lists, statements, reports and journals are read through this URL
+    # (a standby: `target_session_attrs=prefer-standby`); None: everything uses `database_url`.
+    # Whatever writes or reserves always uses `database_url`.
+    read_database_url: str | None = None
+    # With no synchronous standby behind the primary (`ledger.replication`): False keeps
+    # serving (an acknowledged commit is then on one machine only); True refuses every
+    # write with 503 `database_degraded` until a synchronous standby is back.
+    require_sync_standby: bool = False
     # Largest request body accepted (bytes); larger is 413 `payload_too_large`. A price
     # document, the largest body, is a few KiB.
     max_body_bytes: int = 1_048_576
@@ -192,17 +201,13 @@ def _networks(env: dict[str, str], name: str, *, strict: bool = True) -> tuple[N
     return tuple(networks)
 
 
-def normalize_database_url(url: str) -> str:
-    """Accept libpq `postgresql://` (or `postgres://`) and SQLAlchemy `postgresql+psycopg://` URLs."""
-    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    raise SettingsError("LEDGER_DATABASE_URL must start with postgresql:// or postgresql+psycopg://")
-
-
-def libpq_url(url: str) -> str:
-    """The same URL in the libpq form psycopg and psql understand."""
-    return "postgresql://" + normalize_database_url(url)[len("postgresql+psycopg://") :]
+def normalize_database_url(url: str, name: str = "LEDGER_DATABASE_URL") -> str:
+    """Any accepted form of a database URL (libpq's, multi-host included, or SQLAlchemy's;
+    see `ledger.database_url`) as the one string the settings carry, `DatabaseURL.sqlalchemy()`."""
+    try:
+        return DatabaseURL.parse(url, name=name).sqlalchemy()
+    except DatabaseURLError as error:
+        raise SettingsError(str(error)) from None
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
@@ -267,10 +272,16 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         ),
         shutdown_grace_seconds=_int(env, "LEDGER_SHUTDOWN_GRACE_SECONDS", 3, minimum=0),
         migration_database_url=(
-            normalize_database_url(env["LEDGER_MIGRATION_DATABASE_URL"])
+            normalize_database_url(env["LEDGER_MIGRATION_DATABASE_URL"], "LEDGER_MIGRATION_DATABASE_URL")
             if env.get("LEDGER_MIGRATION_DATABASE_URL")
             else None
         ),
+        read_database_url=(
+            normalize_database_url(env["LEDGER_READ_DATABASE_URL"], "LEDGER_READ_DATABASE_URL")
+            if env.get("LEDGER_READ_DATABASE_URL")
+            else None
+        ),
+        require_sync_standby=_flag(env, "LEDGER_REQUIRE_SYNC_STANDBY", False),
         service_role=env.get("LEDGER_SERVICE_ROLE") or None,
         console_secret=console_secret,
         identity_secret=identity_secret,

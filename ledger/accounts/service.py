@@ -123,8 +123,11 @@ async def require_locked(conn: AsyncConnection, account_id: str) -> Any:
 
 
 class AccountService:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, reads: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # The admin surface's lists and histories (LEDGER_READ_DATABASE_URL: a standby); the
+        # primary's engine when none is configured. Nothing that writes uses it.
+        self.reads = reads or engine
 
     async def create(self, body: CreateAccount, actor: Actor) -> Account:
         credit_limit = parse_credit_limit(body.credit_limit)
@@ -189,7 +192,7 @@ class AccountService:
     ) -> Page:
         """Accounts by id; `below_zero` only balance < 0; `review` true only those marked for
         review, false the others."""
-        async with read_only(self.engine) as conn:
+        async with read_only(self.reads) as conn:
             rows = await repository.list_page(
                 conn, after=cursor or "", limit=limit + 1, below_zero=below_zero, review=review
             )
@@ -434,7 +437,7 @@ class AccountService:
     ) -> Page:
         """Newest first, filtered by `kind` and [since, until); `balance_after` stays the running balance."""
         before = id_cursor(cursor)
-        async with read_only(self.engine) as conn:
+        async with read_only(self.reads) as conn:
             if await repository.get(conn, account_id) is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
             rows, legs = await journal.account_journal(

@@ -166,8 +166,11 @@ def report_movement(row: Any | None) -> None:
 
 
 class BudgetService:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, reads: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # The admin surface's lists and histories (LEDGER_READ_DATABASE_URL: a standby); the
+        # primary's engine when none is configured. Nothing that writes uses it.
+        self.reads = reads or engine
 
     async def get(self, account_id: str, budget_key: str) -> Budget:
         key = check_key(budget_key)
@@ -181,7 +184,7 @@ class BudgetService:
 
     async def list(self, account_id: str, *, cursor: str | None, limit: int) -> Page:
         """Every key the account has budgeted or reserved with, by key."""
-        async with read_only(self.engine) as conn:
+        async with read_only(self.reads) as conn:
             await self._require_account(conn, account_id)
             rows = await repository.list_page(conn, account_id, after=cursor or "", limit=limit + 1)
         more = len(rows) > limit

@@ -76,8 +76,11 @@ REREADS = 3
 
 
 class GrantService:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, reads: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # The admin surface's lists and histories (LEDGER_READ_DATABASE_URL: a standby); the
+        # primary's engine when none is configured. Nothing that writes uses it.
+        self.reads = reads or engine
 
     async def grant(self, account_id: str, body: GrantRequest, actor: Actor) -> tuple[Grant, bool]:
         """Give the account credit; (grant, created). The same key and body answer the same grant."""
@@ -168,7 +171,7 @@ class GrantService:
         after = parse_uuid(cursor) if cursor is not None else None
         if cursor is not None and after is None:
             raise ValidationFailed("cursor is not one this service issued", param="cursor")
-        async with read_only(self.engine) as conn:
+        async with read_only(self.reads) as conn:
             if await accounts.get(conn, account_id) is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist")
             rows = await repository.list_page(conn, account_id, after=after, limit=limit + 1, live=live)

@@ -16,6 +16,10 @@ the auth guards, so an unauthenticated caller is 401 before anything is parsed.
   (release, run a reconciliation). A body over the size limit is 413 while being read.
   Handlers with `opt={"body": "form"}` (the finance console's HTML forms) take
   `application/x-www-form-urlencoded` instead, with the same refusal of U+0000.
+- Writes while the database has no synchronous standby and LEDGER_REQUIRE_SYNC_STANDBY
+  is on (`ledger.replication`): every POST, PUT, PATCH and DELETE is 503
+  `database_degraded`, except the quotes (they price, they move nothing) and the
+  console's login and logout. Reads are served.
 """
 
 from __future__ import annotations
@@ -141,3 +145,13 @@ async def admit(request: Request[Any, Any, Any]) -> None:
     check_query(request)
     check_path(request)
     await check_body(request)
+    check_degraded(request)
+
+
+_NOT_WRITES = ("/quotes", "/console/login", "/console/logout")
+
+
+def check_degraded(request: Request[Any, Any, Any]) -> None:
+    """A write while a required synchronous standby is missing is 503 `database_degraded`."""
+    if request.method in _BODY_METHODS and not request.url.path.endswith(_NOT_WRITES):
+        request.app.state.replication.require()

@@ -117,8 +117,13 @@ def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.Ledg
     price applies) is a warning without one: its message is its whole cause.
     """
     error = translate(exc, body_limit=body_limit)
-    if exc is error and isinstance(error, errors.ServiceUnavailable):
-        log.warning("request.unavailable", code=error.code, path=path, message=error.message)
+    if isinstance(error, errors.ServiceUnavailable):
+        # An outage (a failover, a lost connection, no synchronous standby) is expected and
+        # answered 503 for every request it touches: one line each, its cause, no traceback.
+        cause = exc.__cause__ or exc
+        log.warning(
+            "request.unavailable", code=error.code, path=path, cause=(str(cause).splitlines() or [""])[0]
+        )
     elif error.status >= 500:
         log.error("request.failed", code=error.code, path=path, exc_info=exc)
     return error

@@ -122,6 +122,7 @@ class FastLane:
         status = 500
         try:
             try:
+                self.app.state.replication.require()  # 503 database_degraded, as `admit` answers
                 holds = self.app.state.holds
                 if isinstance(operation, ReserveRequest):
                     hold, created = await holds.reserve(operation, actor)

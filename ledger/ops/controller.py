@@ -1,4 +1,9 @@
-"""GET /healthz, /readyz, /metrics; GET /admin/v1/integrity and /admin/v1/audit-log."""
+"""GET /healthz, /readyz, /metrics; GET /admin/v1/integrity and /admin/v1/audit-log.
+
+/readyz also reports whether the primary has a synchronous standby (`replication`, from
+`ledger.replication`'s kept answer, no query of its own); it is 503 `database_degraded`
+only when LEDGER_REQUIRE_SYNC_STANDBY is on and there is none.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledger.audit import repository as audit
 from ledger.audit.repository import AuditAction  # an unknown action is 422 `action`
 from ledger.db import current_revision, head_revision, read_only
-from ledger.errors import DatabaseUnavailable, ValidationFailed
+from ledger.errors import DatabaseDegraded, DatabaseUnavailable, ValidationFailed
 from ledger.http.auth import admin_guard
 from ledger.http.query import From, IdCursor, To, id_cursor, time_range
 from ledger.integrity import service as integrity
@@ -20,6 +25,7 @@ from ledger.metrics import render
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, refusals
 from ledger.reconciliation import gauges
+from ledger.replication import ReplicationWatch
 from ledger.schemas import Page, iso
 
 _ACTOR_ROLES = ("viewer", "finance", "admin")
@@ -45,6 +51,12 @@ def engine_of(request: Request[Any, Any, Any]) -> AsyncEngine:
     return engine
 
 
+def reads_of(request: Request[Any, Any, Any]) -> AsyncEngine:
+    """The engine of the admin surface's lists (LEDGER_READ_DATABASE_URL, else the primary's)."""
+    engine: AsyncEngine = request.app.state.reads
+    return engine
+
+
 class HealthController(Controller):
     path = "/"
     tags = ["operations"]
@@ -56,7 +68,13 @@ class HealthController(Controller):
     @get(
         "/readyz",
         summary="Database reachable and migrations at head",
-        responses=refusals(503, notes={503: "`database_unavailable` or `migrations_pending`"}),
+        responses=refusals(
+            503,
+            notes={
+                503: "`database_unavailable`, `migrations_pending`, or `database_degraded` (no synchronous "
+                "standby while LEDGER_REQUIRE_SYNC_STANDBY is on)"
+            },
+        ),
     )
     async def readyz(self, request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         head = head_revision()
@@ -84,7 +102,17 @@ class HealthController(Controller):
                 }
             }
             return Response(body, status_code=503)
-        return Response({"status": "ready", "database": "ok", "revision": current})
+        replication: ReplicationWatch = request.app.state.replication
+        try:
+            replication.require()
+        except DatabaseDegraded as error:
+            refusal = {
+                "error": {"type": error.type, "code": error.code, "message": error.message, "param": None}
+            }
+            return Response({**refusal, "replication": replication.status()}, status_code=503)
+        return Response(
+            {"status": "ready", "database": "ok", "revision": current, "replication": replication.status()}
+        )
 
     @get(
         "/metrics",
@@ -135,7 +163,7 @@ class AdminOpsController(Controller):
         before = id_cursor(cursor)
         lo, hi = time_range(since, until)
         identity, role = actor_filter(actor)
-        async with read_only(engine_of(request)) as conn:
+        async with read_only(reads_of(request)) as conn:
             rows = await audit.list_entries(
                 conn,
                 target=target,
