@@ -52,6 +52,7 @@ ENV = {
     "LEDGER_LOG_FORMAT": "console",
     "LEDGER_LOG_LEVEL": "warning",
     "LEDGER_DB_POOL_SIZE": "5",
+    "LEDGER_IDENTITY_SECRET": "ha-identity-secret-0123456789abcdef0123456789",
 }
 
 pytestmark = pytest.mark.formation
