@@ -22,7 +22,6 @@ PostgreSQL server binaries are missing.
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import subprocess
@@ -34,61 +33,17 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.backrest import pgbackrest, render_archive_conf, render_config
 from tests.conftest import FINANCE, GATEWAY, TEST_ENV, VIEWER, auth
-from tests.pgcluster import Cluster, Workspace, as_postgres, missing_prerequisites
+from tests.pgcluster import Cluster, Workspace, missing_prerequisites
 from tests.serving import ROOT, Server
 
-DEPLOY = ROOT / "deploy" / "pgbackrest"
-STANZA = "ledger"
 FIELDS = ("balance", "held", "available", "paid", "granted")
 MISSING = missing_prerequisites("pgbackrest")
 
 pytestmark = pytest.mark.skipif(
     bool(MISSING) and not os.environ.get("CI"), reason=f"missing: {', '.join(MISSING)} (and CI is unset)"
 )
-
-
-def render_pgbackrest_conf(workspace: Workspace, cluster: Cluster) -> Path:
-    """The deployed pgbackrest.conf with the repository, logs, locks and the node's data directory
-    moved into the workspace; every other option as shipped."""
-    conf = configparser.ConfigParser(interpolation=None, strict=True)
-    conf.optionxform = str  # type: ignore[assignment,method-assign]  # pgBackRest's keys are case-sensitive
-    conf.read(DEPLOY / "pgbackrest.conf")
-    conf["global"].update(
-        {
-            "repo1-path": str(workspace.folder("repo")),
-            "log-path": str(workspace.folder("log")),
-            "lock-path": str(workspace.folder("lock")),
-        }
-    )
-    conf[STANZA].update(
-        {
-            "pg1-path": str(cluster.datadir),
-            "pg1-port": str(cluster.port),
-            "pg1-socket-path": str(cluster.datadir),
-        }
-    )
-    path = workspace.root / "pgbackrest.conf"
-    with path.open("w") as out:
-        conf.write(out, space_around_delimiters=False)
-    return path
-
-
-def render_archive_conf(workspace: Workspace, config: Path) -> Path:
-    """The deployed archive.conf, its archive_command pointed at the workspace's pgbackrest.conf."""
-    text = (DEPLOY / "archive.conf").read_text()
-    shipped = "'pgbackrest --stanza=ledger archive-push %p'"
-    assert shipped in text, (
-        "deploy/pgbackrest/archive.conf no longer has the archive_command this test expects"
-    )
-    path = workspace.root / "archive.conf"
-    path.write_text(text.replace(shipped, f"'pgbackrest --config={config} --stanza=ledger archive-push %p'"))
-    return path
-
-
-def pgbackrest(config: Path, *args: str) -> str:
-    done = as_postgres(["pgbackrest", f"--config={config}", f"--stanza={STANZA}", *args], timeout=300)
-    return done.stdout
 
 
 class Money:
@@ -184,8 +139,17 @@ def serve(cluster: Cluster, log: Path) -> Server:
 
 def test_point_in_time_restore_gives_back_every_balance_as_of_t(workspace: Workspace) -> None:
     live = Cluster.initdb(workspace, "live", {"fsync": "off"})
-    config = render_pgbackrest_conf(workspace, live)
-    live.configure({"include": f"'{render_archive_conf(workspace, config)}'"})
+    config = render_config(
+        workspace.root / "pgbackrest.conf",
+        repo=workspace.folder("repo"),
+        logs=workspace.folder("log"),
+        locks=workspace.folder("lock"),
+        pgdata=live.datadir,
+        port=live.port,
+        socket=str(live.datadir),
+    )
+    archive = render_archive_conf(workspace.root / "archive.conf", config)
+    live.configure({"include": f"'{archive}'"})
     live.start()
     pgbackrest(config, "stanza-create")
     live.sql("CREATE DATABASE ledger")
