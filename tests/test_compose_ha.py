@@ -90,7 +90,10 @@ def test_database_services_run_scripts_the_image_installs(services: dict[str, An
     assert command in installed, f"{name} runs {command!r}, which the image does not install"
     script = installed[command]
     assert script.is_file() and script.stat().st_mode & 0o111, f"{script} is missing or not executable"
-    assert "exec pg_autoctl run" in script.read_text()
+    text = script.read_text()
+    assert "exec pg_autoctl run" in text
+    # pg_autoctl refuses `--auth` with `--skip-pg-hba` ("Please use either --auth or --skip-pg-hba")
+    assert not ("--auth" in text and "--skip-pg-hba" in text)
 
 
 def test_nodes_register_with_the_monitor_and_the_second_is_cloned_from_the_first(
@@ -121,7 +124,8 @@ def test_both_nodes_archive_into_the_one_repository(services: dict[str, Any]) ->
     assert "COPY pgbackrest/pgbackrest.conf /etc/pgbackrest/pgbackrest.conf" in dockerfile
     assert "COPY pgbackrest/archive.conf /etc/pgbackrest/archive.conf" in dockerfile
     node_script = _installed_commands(dockerfile)["pgaf-node"].read_text()
-    assert "include_if_exists = '/etc/pgbackrest/archive.conf'" in node_script
+    assert 'archive_conf="${PGBACKREST_ARCHIVE_CONF:-/etc/pgbackrest/archive.conf}"' in node_script
+    assert "include_if_exists = '$archive_conf'" in node_script  # run: tests/integration/test_pgaf_scripts.py
     volumes = set()
     for node in NODES:
         assert services[node]["environment"]["PGDATA"] == conf[stanza]["pg1-path"]

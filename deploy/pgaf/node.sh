@@ -10,15 +10,23 @@
 #   roles from the compose network only;
 # - on the primary, the ledger's roles are created once (they replicate to the secondary);
 # then `pg_autoctl run` keeps the node in the formation.
+#
+# Environment: PGDATA, PG_AUTOCTL_MONITOR (the monitor's URL), LEDGER_OWNER_PASSWORD,
+# LEDGER_SERVICE_PASSWORD; optional PGPORT (5432), PGAF_HOSTNAME (how the other nodes reach
+# this one: the container's host name), PGAF_NAME (the node's name: the same),
+# PGBACKREST_ARCHIVE_CONF (/etc/pgbackrest/archive.conf).
 set -eu
 : "${PGDATA:?}" "${PG_AUTOCTL_MONITOR:?}" "${LEDGER_OWNER_PASSWORD:?}" "${LEDGER_SERVICE_PASSWORD:?}"
+export PGPORT="${PGPORT:-5432}"
+host="${PGAF_HOSTNAME:-$(hostname)}"
+archive_conf="${PGBACKREST_ARCHIVE_CONF:-/etc/pgbackrest/archive.conf}"
 if [ ! -f "$PGDATA/postgresql.conf" ]; then
-  pg_autoctl create postgres --pgdata "$PGDATA" --pgport 5432 --hostname "$(hostname)" \
-    --name "$(hostname)" --dbname ledger --monitor "$PG_AUTOCTL_MONITOR" \
-    --auth trust --ssl-self-signed --skip-pg-hba --replication-quorum true
+  pg_autoctl create postgres --pgdata "$PGDATA" --pgport "$PGPORT" --hostname "$host" \
+    --name "${PGAF_NAME:-$host}" --dbname ledger --monitor "$PG_AUTOCTL_MONITOR" \
+    --ssl-self-signed --skip-pg-hba --replication-quorum true
 fi
-if ! grep -q "^include_if_exists = '/etc/pgbackrest/archive.conf'" "$PGDATA/postgresql.conf"; then
-  echo "include_if_exists = '/etc/pgbackrest/archive.conf'" >> "$PGDATA/postgresql.conf"
+if ! grep -q "^include_if_exists = '$archive_conf'" "$PGDATA/postgresql.conf"; then
+  echo "include_if_exists = '$archive_conf'" >> "$PGDATA/postgresql.conf"
 fi
 if ! grep -q "deploy/pgaf/node.sh" "$PGDATA/pg_hba.conf"; then
   cat >> "$PGDATA/pg_hba.conf" <<'HBA'
@@ -29,8 +37,9 @@ hostssl postgres pgautofailover_monitor samenet trust
 hostssl ledger ledger,ledger_service samenet scram-sha-256
 HBA
 fi
-# archive_mode takes effect only at a server start: stop what `create` left running.
-pg_ctl -D "$PGDATA" status >/dev/null 2>&1 && pg_ctl -D "$PGDATA" -m fast -w stop
+# archive_mode takes effect only at a server start (`create` leaves PostgreSQL stopped; a
+# restarted container finds it stopped too): `pg_autoctl run` below starts it with the include.
+if pg_ctl -D "$PGDATA" status >/dev/null 2>&1; then pg_ctl -D "$PGDATA" -m fast -w stop; fi
 (
   # Once this node is primary (or the roles have replicated to it), make sure they exist.
   until psql -d ledger -tAc "SELECT NOT pg_is_in_recovery() OR EXISTS (SELECT FROM pg_roles WHERE rolname = 'ledger_service')" 2>/dev/null | grep -q t; do
