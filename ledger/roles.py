@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ledger.settings import libpq_url
+from ledger.database_url import conninfo
 
 UPDATABLE = frozenset(
     {"accounts", "holds", "reconciliation_runs", "budgets", "grants", "account_alerts", "alert_events"}
@@ -57,7 +57,7 @@ def grant_service_role(database_url: str, role: str) -> dict[str, Any]:
 
     Run as the schema owner (the migration URL). Returns what was granted, per table.
     """
-    with psycopg.connect(libpq_url(database_url)) as conn:
+    with psycopg.connect(conninfo(database_url)) as conn:
         found = conn.execute(
             "SELECT rolsuper, rolname = current_user FROM pg_roles WHERE rolname = %s", (role,)
         ).fetchone()

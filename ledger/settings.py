@@ -13,6 +13,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
+from ledger.database_url import DatabaseURL, DatabaseURLError
+
 Role = Literal["viewer", "finance", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "finance", "admin")
 
@@ -163,17 +165,13 @@ def _admin_tokens(raw: str | None) -> tuple[tuple[str, Role], ...]:
     return tuple(pairs)
 
 
-def normalize_database_url(url: str) -> str:
-    """Accept libpq `postgresql://` (or `postgres://`) and SQLAlchemy `postgresql+psycopg://` URLs."""
-    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    raise SettingsError("LEDGER_DATABASE_URL must start with postgresql:// or postgresql+psycopg://")
-
-
-def libpq_url(url: str) -> str:
-    """The same URL in the libpq form psycopg and psql understand."""
-    return "postgresql://" + normalize_database_url(url)[len("postgresql+psycopg://") :]
+def normalize_database_url(url: str, name: str = "LEDGER_DATABASE_URL") -> str:
+    """Any accepted form of a database URL (libpq's, multi-host included, or SQLAlchemy's;
+    see `ledger.database_url`) as the one string the settings carry, `DatabaseURL.sqlalchemy()`."""
+    try:
+        return DatabaseURL.parse(url, name=name).sqlalchemy()
+    except DatabaseURLError as error:
+        raise SettingsError(str(error)) from None
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
@@ -235,7 +233,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         ),
         shutdown_grace_seconds=_int(env, "LEDGER_SHUTDOWN_GRACE_SECONDS", 3, minimum=0),
         migration_database_url=(
-            normalize_database_url(env["LEDGER_MIGRATION_DATABASE_URL"])
+            normalize_database_url(env["LEDGER_MIGRATION_DATABASE_URL"], "LEDGER_MIGRATION_DATABASE_URL")
             if env.get("LEDGER_MIGRATION_DATABASE_URL")
             else None
         ),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import pool
+
+from ledger.db import make_sync_engine
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url")
@@ -11,7 +13,8 @@ assert url, "sqlalchemy.url must be set by ledger.db.alembic_config"
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(url, poolclass=pool.NullPool)
+    # Connected through ledger.database_url: every accepted URL form, multi-host included.
+    engine = make_sync_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         context.configure(connection=connection, transaction_per_migration=True)
         with context.begin_transaction():

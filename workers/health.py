@@ -7,7 +7,8 @@ from typing import Any
 import psycopg
 import redis
 
-from ledger.settings import Settings, libpq_url
+from ledger.database_url import conninfo
+from ledger.settings import Settings
 
 TIMEOUT_SECONDS = 5
 
@@ -30,7 +31,7 @@ def check_redis(url: str) -> str | None:
 def check_database(url: str) -> str | None:
     """None when the database answers SELECT 1, else why not."""
     try:
-        with psycopg.connect(libpq_url(url), connect_timeout=TIMEOUT_SECONDS) as conn:
+        with psycopg.connect(conninfo(url), connect_timeout=TIMEOUT_SECONDS) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as error:
         return f"{type(error).__name__}: {error}"

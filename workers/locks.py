@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import structlog
 
-from ledger.settings import libpq_url
+from ledger.database_url import conninfo
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +37,7 @@ CONNECT_TIMEOUT = 5
 
 def _connect(database_url: str, purpose: str) -> psycopg.Connection[Any]:
     return psycopg.connect(
-        libpq_url(database_url),
+        conninfo(database_url),
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT,
         application_name=f"ledger-{purpose}",

@@ -30,7 +30,9 @@ bug), the batch is rolled back and its operations are run again one by one, so o
 the operation at fault fails. Deadlocks and serialization failures are retried; a
 database that cannot be reached is `DatabaseUnavailable` (503) for every operation of
 the batch (nothing or everything of it committed: the gateway's retry with the same
-idempotency key then answers a replay).
+idempotency key then answers a replay). A connection that turns out to be on a standby
+(SQLSTATE 25006, as after a failover with a URL that does not ask for a primary) is
+treated as lost: 503, and the next batch connects again, through the URL's host list.
 
 The function is called through a raw psycopg connection in autocommit, as a prepared
 statement: no SQLAlchemy, no per-request round trip.
@@ -281,8 +283,10 @@ class Lane(_Queue):
                 return await cursor.fetchall()
             except (psycopg.Error, OSError) as error:
                 broken = self._conns[slot]
-                if broken is not None and (broken.broken or broken.closed):
-                    self._conns[slot] = None
+                if broken is not None and (broken.broken or broken.closed or is_unreachable(error)):
+                    self._conns[slot] = None  # lost, or on a standby (25006): the next batch reconnects
+                    if not broken.closed:
+                        await broken.close()
                 if is_unreachable(error) and not retryable(error):
                     raise DatabaseUnavailable("the database cannot be reached") from error
                 if retryable(error) and attempt < ATTEMPTS:

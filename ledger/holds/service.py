@@ -38,7 +38,7 @@ from ledger.audit import repository as audit
 from ledger.budgets import repository as budgets
 from ledger.budgets import service as budget_rules
 from ledger.context import Actor
-from ledger.db import read_only, transaction
+from ledger.db import engine_conninfo, read_only, transaction
 from ledger.errors import (
     AccountFrozen,
     AccountNotFound,
@@ -63,7 +63,7 @@ from ledger.journal.postings import Leg, revenue_account
 from ledger.metrics import MONEY_MOVEMENTS, OVERAGE_FLAGGED
 from ledger.prices.service import PriceService, size, translate_pricing_error
 from ledger.schemas import check_metadata, iso
-from ledger.settings import Settings, libpq_url
+from ledger.settings import Settings
 from pricing import errors as pricing_errors
 from pricing.document import ModelPrice
 from pricing.engine import (
@@ -169,7 +169,7 @@ class HoldService:
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
         # Group commit of the gateway's reserves, settles and releases (ledger.holds.batch).
         self.batcher = HoldBatcher(
-            libpq_url(engine.url.render_as_string(hide_password=False)),
+            engine_conninfo(engine),
             lanes=settings.batch_lanes,
             depth=settings.batch_depth,
             pipeline=settings.batch_pipeline,

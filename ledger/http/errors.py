@@ -106,7 +106,14 @@ def translate(exc: Exception, *, body_limit: int | None = None) -> errors.Ledger
 def refusal(exc: Exception, *, path: str, body_limit: int | None) -> errors.LedgerError:
     """What a request that raised `exc` is answered with; a 5xx is logged with its cause."""
     error = translate(exc, body_limit=body_limit)
-    if error.status >= 500:
+    if isinstance(error, errors.ServiceUnavailable):
+        # An outage (a failover, a lost connection, no synchronous standby) is expected and
+        # answered 503 for every request it touches: one line each, its cause, no traceback.
+        cause = exc.__cause__ or exc
+        log.warning(
+            "request.unavailable", code=error.code, path=path, cause=(str(cause).splitlines() or [""])[0]
+        )
+    elif error.status >= 500:
         log.error("request.failed", code=error.code, path=path, exc_info=exc)
     return error
 
