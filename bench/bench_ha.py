@@ -197,8 +197,8 @@ def hard_failover(shape: Shape, tuned: bool, timeout: float) -> Failover:
         probe.start()
         time.sleep(2.0)  # the probe is answering before the kill
     event_floor = monitor_sql(formation, "SELECT coalesce(max(eventid), 0) FROM pgautofailover.event")[0][0]
+    formation.kill_primary()  # returns once the keeper and PostgreSQL are SIGKILLed
     killed_at, killed_epoch = time.monotonic(), time.time()
-    formation.kill_primary()
     deadline = killed_at + timeout
     promoted_at = wait_promoted(survivor, deadline)
     service_s: float | None = None
@@ -280,8 +280,8 @@ def render(report: dict[str, Any], runs: list[tuple[str, int, LoadRun]], failove
         f"hold cycles (bench_holds.py's workloads), {p['clients']} connections, {p['duration']} s per run, "
         f"{p['rounds']} round(s), single and pair taking turns; code at {report['code']}",
     ]
-    for name in SHAPES:
-        lines.append(f"{name}: {report['shapes'][name]['url']}  {report['shapes'][name]['settings']}")
+    for name, shape in report["shapes"].items():
+        lines.append(f"{name}: {shape['url']}  {shape['settings']}")
     lines += [
         "",
         f"{'shape':<7} {'workload':<12} {'#':>2} {'cycles/s':>9} {'reserve p50/p99':>16} "
@@ -333,6 +333,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3, help="seconds of unmeasured load per shape first")
     parser.add_argument("--failover-timeout", type=float, default=180, help="seconds to wait for a failover")
     parser.add_argument("--no-failover", action="store_true", help="measure the cycles only")
+    parser.add_argument("--no-cycles", action="store_true", help="measure the failovers only")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser.parse_args(argv)
 
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         "single": Shape("single", Formation(root / "single", nodes=1)),
         "pair": Shape("pair", Formation(root / "pair", nodes=2)),
     }
+    if args.no_cycles:
+        del shapes["single"]
     for shape in shapes.values():
         shape.formation.root.parent.mkdir(exist_ok=True)
         shutil.chown(shape.formation.root.parent, "postgres", "postgres")
@@ -380,12 +383,12 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute("VACUUM ANALYZE")
             if not args.json:
                 print(f"{shape.name}: ready on {shape.url}", file=sys.stderr)
-        for shape in shapes.values():
+        for shape in shapes.values() if not args.no_cycles else ():
             assert shape.service is not None
             for workload in WORKLOADS:
                 warm = (wrk, shape.service.base, workload, args.accounts, args.clients, args.warmup)
                 run_wrk(*warm, f"w{shape.name}{workload[0]}{stamp}", GATEWAY_TOKEN, None)
-        for round_no in range(1, args.rounds + 1):
+        for round_no in range(1, 0 if args.no_cycles else args.rounds + 1):
             for workload in WORKLOADS:
                 for name in SHAPES:
                     tag = f"{name}{workload[0]}{round_no}-{stamp}"
@@ -430,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     medians: dict[str, dict[str, float]] = {}
-    for name in SHAPES:
+    for name in SHAPES if runs else ():
         for workload in WORKLOADS:
             mine = [r for shape, _, r in runs if shape == name and r.workload == workload]
             medians[f"{name}, {workload}"] = {
@@ -447,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         workload: medians[f"pair, {workload}"]["cycles_per_s"]
         / medians[f"single, {workload}"]["cycles_per_s"]
         for workload in WORKLOADS
-        if medians[f"single, {workload}"]["cycles_per_s"]
+        if runs and medians[f"single, {workload}"]["cycles_per_s"]
     }
     report: dict[str, Any] = {
         "timestamp": stamp,
