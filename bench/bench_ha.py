@@ -81,6 +81,7 @@ class Shape:
     formation: Formation
     service: Service | None = None
     url: str = ""  # what the service was given as LEDGER_DATABASE_URL
+    multi_host: bool = False  # the service runs on the formation's multi-host URL
     settings: dict[str, str] = field(default_factory=dict)  # the primary's replication settings
 
 
@@ -372,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             shape.url = with_user(shape.formation.uri()) if shape.name == "pair" else primary.url
             try:
                 shape.service = start_service(shape, shape.url, log)
+                shape.multi_host = shape.name == "pair"
             except RuntimeError as error:
                 notes.append(
                     f"the ledger did not start on {shape.url}: {str(error)[-300:]}; used {primary.url}"
@@ -400,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
         if not args.no_failover:
             pair = shapes["pair"]
-            if pair.service is not None and pair.url != with_user(pair.formation.uri()):
+            if pair.service is not None and not pair.multi_host:
                 notes.append(
                     "failover: the service was not on the multi-host URL, so only promotion is timed"
                 )
