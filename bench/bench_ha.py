@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         "nproc": os.cpu_count(),
         "params": vars(args),
         "shapes": {s.name: {"url": s.url, "settings": s.settings} for s in shapes.values()},
-        "runs": [{"shape": shape, "round": n} | asdict(r) for shape, n, r in runs],
+        "runs": [asdict(r) | {"shape": shape, "round": n} for shape, n, r in runs],
         "medians": medians,
         "pair_over_single": ratios,
         "failovers": [asdict(f) for f in failovers],
