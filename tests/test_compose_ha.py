@@ -21,6 +21,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from ledger.cli import build_parser
+from ledger.database_url import DatabaseURL
 from tests.test_compose import _user
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +150,8 @@ def test_every_ledger_process_connects_with_the_multi_host_url(services: dict[st
         assert parsed["dbname"] == "ledger"
         query = parse_qs(urlsplit(_interpolated(url)).query)
         assert query["target_session_attrs"] == ["read-write"]
+        ledger_view = DatabaseURL.parse(_interpolated(url))  # and the ledger's own parser
+        assert [(h.host, h.port) for h in ledger_view.hosts] == [(node, 5432) for node in NODES]
     assert environments[0]["LEDGER_REDIS_URL"].startswith("redis://")
 
 
