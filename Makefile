@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint types check bench bench-pricing migrate reconcile worker scheduler clean
+.PHONY: run test lint types check bench bench-ha bench-pricing migrate reconcile worker scheduler clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ bench-pricing: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_holds.py --rounds 3 --soak 300
+
+bench-ha: $(STAMP)
+	$(BIN)/python bench/bench_ha.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
