@@ -7,7 +7,13 @@ replicating nodes) gets the deployed archiving on both nodes (`archive_mode = on
 `deploy/pgbackrest/archive.conf`'s archive_command, each node with the deployed
 pgbackrest.conf whose data directory is its own, one repository for both). archive_mode
 takes effect at a start: the secondary's PostgreSQL is stopped (its keeper starts it
-again), the primary's is restarted by a switchover. Then: stanza-create and a full backup
+again), the primary's is restarted by a switchover. The settings go in with ALTER SYSTEM,
+into the data directory's postgresql.auto.conf, which pg_rewind (and pg_basebackup) copy
+from the node followed: once the old primary has rejoined after the switchover it carries
+the new primary's archive_command, whose configuration names the other node's data
+directory (archive-push refuses it), so each node's own is set again and checked then. In
+production the command and configuration are the same on every node, so the copy is
+harmless there. Then: stanza-create and a full backup
 on the primary; a commit; the primary SIGKILLed (keeper and PostgreSQL); a commit on the
 promoted node; `pgbackrest check` there (it archives); a restore of that backup into a
 fresh data directory replays the WAL of both timelines and has all three commits.
@@ -21,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -49,15 +56,28 @@ def formation() -> Iterator[tuple[Formation, Workspace]]:
         workspace.close()
 
 
-def _wait_archive_mode_on(formation: Formation, node: Node, timeout: float = 90) -> None:
+def _set_archiving(formation: Formation, node: Node, config: Path) -> None:
+    """The deployed archive settings on `node`, its archive_command reading its own `config`."""
+    formation.sql(node, "ALTER SYSTEM SET archive_mode = on")
+    formation.sql(node, f"ALTER SYSTEM SET archive_command = '{archive_command(config)}'")
+    formation.sql(node, "SELECT pg_reload_conf()")
+
+
+def _wait_archiving(formation: Formation, node: Node, config: Path, timeout: float = 90) -> None:
+    """Until `node` runs with archive_mode on and the archive_command that reads its own `config`."""
+    want = [("on", archive_command(config))]
     deadline = time.monotonic() + timeout
+    seen: list[tuple[object, ...]] = []
     while True:
         try:
-            if formation.sql(node, "SHOW archive_mode") == [("on",)]:
+            seen = formation.sql(
+                node, "SELECT current_setting('archive_mode'), current_setting('archive_command')"
+            )
+            if seen == want:
                 return
         except psycopg.Error:  # down while its keeper starts it again
             pass
-        assert time.monotonic() < deadline, f"{node.name} did not come back with archive_mode on"
+        assert time.monotonic() < deadline, f"{node.name} archives with {seen}, not {want}"
         time.sleep(0.2)
 
 
@@ -79,20 +99,21 @@ def test_archiving_follows_the_primary_and_a_restore_spans_the_failover(
             socket=socket,
         )
         configs[node.name] = config
-        pair.sql(node, "ALTER SYSTEM SET archive_mode = on")
-        pair.sql(node, f"ALTER SYSTEM SET archive_command = '{archive_command(config)}'")
-        pair.sql(node, "SELECT pg_reload_conf()")
+        _set_archiving(pair, node, config)
 
     first = pair.primary()
     second = pair.wait_secondary()
     as_postgres(["pg_ctl", "-D", str(second.pgdata), "-m", "fast", "-w", "stop"])
-    _wait_archive_mode_on(pair, second)
+    _wait_archiving(pair, second, configs[second.name])
     pair.wait_secondary()
     pair.switchover()
     primary = pair.wait_primary(exclude=first)
     pair.wait_secondary()
+    # The old primary rejoined (pg_rewind when it had diverged) with the new primary's
+    # postgresql.auto.conf: give it its own archive_command again.
     for node in pair.nodes:
-        _wait_archive_mode_on(pair, node)
+        _set_archiving(pair, node, configs[node.name])
+        _wait_archiving(pair, node, configs[node.name])
 
     pgbackrest(configs[primary.name], "stanza-create")
     pgbackrest(configs[primary.name], "check")
