@@ -22,6 +22,11 @@ included), `prompt_tokens_details.cached_tokens` (R), `prompt_tokens_details.cac
   `cache_creation` breakdown and may lack `input_tokens`: pass the `message_start` usage as
   `start=` and the delta's non-null counts are laid over it (as the Anthropic SDK's own
   stream accumulator does), so 1-hour writes are not billed at the 5-minute rate.
+  `BetaUsage.iterations` entries of type `compaction` (server-side requests that summarize
+  the context, whose tokens the top-level fields leave out) are added into every count, so
+  they are billed with the message at its model's rates (the long-context tier is then
+  decided on the sum); other iterations (`message`, `advisor_message`,
+  `fallback_message`) are kept unpriced as sent, the top-level counts covering the message.
 
 Each adapter accepts a mapping or an SDK object (a pydantic model: read with
 `model_dump(mode="json", exclude_none=True)`, so nulls are dropped at every depth).
@@ -117,6 +122,27 @@ def from_openai_responses(usage: Mapping[str, Any] | Any) -> dict[str, Any]:
     return _without_none(out)
 
 
+def _anthropic_counts(data: Mapping[str, Any]) -> tuple[int | None, int, int, int, int, int | None]:
+    """(uncached input, cache reads, cache writes, 5-minute writes, 1-hour writes, output) of one
+    Anthropic usage record; the input and output counts stay None when absent."""
+    read = _count(data.get("cache_read_input_tokens"))
+    creation = _details(data, "cache_creation")
+    w5 = _count(creation.get("ephemeral_5m_input_tokens"))
+    w1 = _count(creation.get("ephemeral_1h_input_tokens"))
+    written_total = data.get("cache_creation_input_tokens")
+    written = _count(written_total) if written_total is not None else w5 + w1
+    uncached = data.get("input_tokens")
+    output = data.get("output_tokens")
+    return (
+        (None if uncached is None else _count(uncached)),
+        read,
+        written,
+        w5,
+        w1,
+        (None if output is None else _count(output)),
+    )
+
+
 def from_anthropic(
     usage: Mapping[str, Any] | Any, *, start: Mapping[str, Any] | Any | None = None
 ) -> dict[str, Any]:
@@ -128,23 +154,26 @@ def from_anthropic(
     data = _as_mapping(usage)
     if start is not None:
         data = {**_as_mapping(start), **_without_none(data)}
-    read = _count(data.get("cache_read_input_tokens"))
-    creation = _details(data, "cache_creation")
-    w5 = _count(creation.get("ephemeral_5m_input_tokens"))
-    w1 = _count(creation.get("ephemeral_1h_input_tokens"))
-    written_total = data.get("cache_creation_input_tokens")
-    written = _count(written_total) if written_total is not None else w5 + w1
-    uncached = data.get("input_tokens")
+    uncached, read, written, w5, w1, output = _anthropic_counts(data)
+    # Compaction iterations (BetaUsage.iterations, type "compaction") are server-side requests
+    # of their own whose tokens the top-level fields leave out: billed with the message's.
+    for item in data.get("iterations") or ():
+        entry = _as_mapping(item)
+        if entry.get("type") == "compaction":
+            more = _anthropic_counts(entry)
+            uncached = None if uncached is None or more[0] is None else uncached + more[0]
+            read, written, w5, w1 = read + more[1], written + more[2], w5 + more[3], w1 + more[4]
+            output = None if output is None or more[5] is None else output + more[5]
     out: dict[str, Any] = {
         k: v for k, v in data.items() if k not in _ANTHROPIC_PRICED and k not in _LEDGER_NAMES
     }
     # No input count, no prompt count: the ledger refuses it rather than bill a guess.
-    out["prompt_tokens"] = None if uncached is None else _count(uncached) + read + written
-    out["completion_tokens"] = data.get("output_tokens")
+    out["prompt_tokens"] = None if uncached is None else uncached + read + written
+    out["completion_tokens"] = output
     details: dict[str, Any] = {}
     if read:
         details["cached_tokens"] = read
-    if written or written_total is not None:
+    if written or data.get("cache_creation_input_tokens") is not None:
         details["cache_write_tokens"] = written
     if details:
         out["prompt_tokens_details"] = details

@@ -334,3 +334,45 @@ def test_client_imports_nothing_from_the_service() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_anthropic_compaction_iterations_are_added_to_every_count() -> None:
+    """BetaUsage's compaction entries are not in its top-level counts (the SDK says so): they
+    are billed with the message, never dropped."""
+    from anthropic.types.beta import BetaUsage
+
+    usage = BetaUsage.model_validate(
+        {
+            "input_tokens": 1000,
+            "output_tokens": 200,
+            "cache_read_input_tokens": 100,
+            "cache_creation_input_tokens": 50,
+            "cache_creation": {"ephemeral_5m_input_tokens": 50, "ephemeral_1h_input_tokens": 0},
+            "iterations": [
+                {
+                    "type": "compaction",
+                    "input_tokens": 150000,
+                    "output_tokens": 3000,
+                    "cache_read_input_tokens": 7,
+                    "cache_creation_input_tokens": 30,
+                    "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20},
+                },
+                {
+                    "type": "message",
+                    "input_tokens": 1000,
+                    "output_tokens": 200,
+                    "cache_read_input_tokens": 100,
+                    "cache_creation_input_tokens": 50,
+                },
+            ],
+        }
+    )
+    mapped = from_anthropic(usage)
+    assert mapped["prompt_tokens"] == (1000 + 100 + 50) + (150000 + 7 + 30)
+    assert mapped["completion_tokens"] == 200 + 3000
+    assert mapped["prompt_tokens_details"] == {"cached_tokens": 107, "cache_write_tokens": 80}
+    assert (mapped["claude_cache_creation_5_m_tokens"], mapped["claude_cache_creation_1_h_tokens"]) == (
+        60,
+        20,
+    )
+    assert len(mapped["iterations"]) == 2  # kept as sent too
