@@ -190,3 +190,51 @@ def test_a_low_balance_alert_reads_available_without_a_lapsed_grant(
     r = put(client, account_id, webhook_url="http://127.0.0.2:9/hook")  # an allow-listed receiver
     assert r.status_code == 200, r.text
     assert (r.json()["available"], r.json()["state"]) == ("0", "below")
+
+
+def test_the_first_posting_after_a_grant_lapses_records_the_alert_crossing(
+    client: TestClient[Any], empty: dict[str, Any], sa_url: str
+) -> None:
+    """Set while a grant of 50 is live (above 5); the grant lapses; a deposit of 1 leaves
+    available at 1: the crossing is recorded then (0022), with the amounts the API reports;
+    the expiry job's posting afterwards records nothing more."""
+    from tests.api.test_alerts_api import put
+
+    account_id = empty["account"]
+    assert grant(client, account_id, "50", expires_at=later(1)).status_code == 201
+    r = put(client, account_id, webhook_url="http://127.0.0.2:9/hook")
+    assert (r.status_code, r.json()["state"]) == (200, "above"), r.text
+    time.sleep(1.2)
+    r = client.post(
+        f"/admin/v1/accounts/{account_id}/deposits",
+        json={"idempotency_key": new_id("d"), "amount": "1"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code == 201, r.text
+    alert = client.get(f"/admin/v1/accounts/{account_id}/alert", headers=auth(VIEWER)).json()
+    assert (alert["state"], alert["available"]) == ("below", "1")
+    events = client.get(f"/admin/v1/accounts/{account_id}/alert/events", headers=auth(FINANCE)).json()["data"]
+    assert [(e["type"], e["available_before"], e["available_after"]) for e in events] == [
+        ("balance.below_threshold", "0", "1")
+    ]
+    expire_now(sa_url)
+    events = client.get(f"/admin/v1/accounts/{account_id}/alert/events", headers=auth(FINANCE)).json()["data"]
+    assert len(events) == 1
+
+
+def test_the_expiry_posting_records_a_crossing_with_the_lapsed_amount_already_gone(
+    client: TestClient[Any], empty: dict[str, Any], sa_url: str
+) -> None:
+    """No posting between the lapse and the expiry job: the job's own posting records the
+    crossing, and available_before does not count the grant it posts out."""
+    from tests.api.test_alerts_api import put
+
+    account_id = empty["account"]
+    assert grant(client, account_id, "50", expires_at=later(1)).status_code == 201
+    assert put(client, account_id, webhook_url="http://127.0.0.2:9/hook").json()["state"] == "above"
+    time.sleep(1.2)
+    expire_now(sa_url)
+    events = client.get(f"/admin/v1/accounts/{account_id}/alert/events", headers=auth(FINANCE)).json()["data"]
+    assert [(e["type"], e["available_before"], e["available_after"]) for e in events] == [
+        ("balance.below_threshold", "0", "0")
+    ]
