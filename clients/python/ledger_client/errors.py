@@ -5,8 +5,9 @@ Every refusal the service answers with is `{"error": {"type", "code", "message",
 `InsufficientFunds`, whose `required` and `available` are `Decimal` (never float), so a
 gateway can lower its output limit and try again; a 402 `budget_exceeded` (the reserve's
 `budget_key` is past its budget) is its subclass `BudgetExceeded`, whose `available` is what
-the budget still allows this period (`budget` - `spent` - `held`, never below 0). When the ledger cannot be reached at all
-(after the retries), the error is `LedgerUnavailable`, with the transport error as its cause.
+the budget still allows this period (`budget` - `spent` - `held`, never below 0). When the
+ledger cannot be reached at all (after the retries), the error is `LedgerUnavailable`, with
+the transport error as its cause.
 """
 
 from __future__ import annotations
