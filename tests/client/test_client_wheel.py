@@ -71,14 +71,12 @@ def test_the_wheel_alone_in_a_clean_venv_passes_the_client_tests(tmp_path: Path)
         cwd=tmp_path, timeout=120)  # fmt: skip
     (wheel,) = (tmp_path / "dist").glob("ledger_client-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA")))
-        top = {
-            name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")
-        }
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     requires = [line for line in metadata.decode().splitlines() if line.startswith("Requires-Dist:")]
     assert [line.split()[1].split(">")[0] for line in requires] == ["httpx"], requires
-    assert top == {"ledger_client"}, top
-    assert "ledger_client/py.typed" in zipfile.ZipFile(wheel).namelist()
+    assert top == {"ledger_client"} and "ledger_client/py.typed" in names, names
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, timeout=60)
