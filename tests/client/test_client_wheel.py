@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).name
 CLIENT = ROOT / "clients" / "python"
 SERVICE = ("litestar", "sqlalchemy", "dramatiq", "pgserver", "psycopg", "ledger")
 # What the client's tests import besides the client and the standard library.
@@ -90,12 +91,37 @@ def test_the_wheel_alone_in_a_clean_venv_passes_the_client_tests(tmp_path: Path)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
     env.update(LEDGER_SERVER_PYTHON=sys.executable, LEDGER_CLIENT_ALONE="1")
-    args = ["-m", "pytest", "-q", "--confcutdir", "tests/client"]
-    here = Path(__file__).name
-    out = run(
-        python, *args, "tests/client", "--ignore", f"tests/client/{here}", cwd=ROOT, env=env, timeout=240
-    )
+    args = [
+        "-m",
+        "pytest",
+        "-q",
+        "--confcutdir",
+        "tests/client",
+        "tests/client",
+        "--ignore",
+        f"tests/client/{HERE}",
+    ]
+    out = run(python, *args, cwd=ROOT, env=env, timeout=240)
     summary = out.strip().splitlines()[-1]
     passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) >= 20, out[-3000:]
-    assert not re.search(r"failed|error|skipped", summary), out[-3000:]
+    assert passed and int(passed.group(1)) == len(client_tests()), out[-3000:]
+    assert not re.search(r"failed|error|skipped|deselected", summary), out[-3000:]
+
+
+def client_tests() -> list[str]:
+    """The ids of the client's tests (this folder but this file), as the project's pytest collects them."""
+    args = [
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "0",
+        "--collect-only",
+        "tests/client",
+        "--ignore",
+        f"tests/client/{HERE}",
+    ]
+    out = run(sys.executable, *args, cwd=ROOT, timeout=120)
+    ids = [line for line in out.splitlines() if line.startswith("tests/client/test_client_")]
+    assert len(ids) >= 20, out[-3000:]
+    return ids
