@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test lint types check bench bench-ha bench-pricing migrate reconcile worker scheduler clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# The gateway client is its own distribution (httpx alone); the tests import it.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e clients/python
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -20,8 +22,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $${PYTEST_WORKERS:-2} --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ledger ledger_client pricing workers migrations tests bench
-	$(BIN)/ruff format --check ledger ledger_client pricing workers migrations tests bench
+	$(BIN)/ruff check ledger clients/python pricing workers migrations tests bench
+	$(BIN)/ruff format --check ledger clients/python pricing workers migrations tests bench
 
 types: $(STAMP)
 	$(BIN)/mypy

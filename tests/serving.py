@@ -1,6 +1,9 @@
 """`ledger serve` as a real subprocess on a free port: the one way the tests start the service.
 
 Used by the shutdown, multi-process metrics, hold concurrency, client, browser and contract tests.
+The server runs with the project's interpreter: `LEDGER_SERVER_PYTHON` when a process outside
+the project's venv starts it (the client's wheel test: tests/client/test_client_wheel.py),
+else this process's own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from typing import IO, Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def server_python() -> str:
+    """The interpreter that runs `ledger serve`: the project's venv, never a client-only one."""
+    return os.environ.get("LEDGER_SERVER_PYTHON") or sys.executable
 
 
 def free_port() -> int:
@@ -51,7 +59,7 @@ class Server:
         for name in drop:
             full.pop(name, None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "serve", "--port", str(self.port), *args],
+            [server_python(), "-m", "ledger.cli", "serve", "--port", str(self.port), *args],
             cwd=ROOT,
             env=full,
             stdout=self._log,

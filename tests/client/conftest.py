@@ -1,35 +1,55 @@
 """A real `ledger serve` for the client's tests, on a free port, against its own fresh database.
 
-The database is created and migrated here (not shared with the in-process API tests), so a
-reconciliation run the tests start resolves only holds these tests made. The scheduled
-reconcile is pushed out to once a year: the tests run reconciliation when they mean to.
-Prices: the contract's example document, published through the admin API.
+This process imports only the client, httpx, pytest and the standard library (and the SDKs
+the usage tests construct): the server and its database are set up by `tests/client/server.py`
+in a process of its own, run with the project's interpreter (`LEDGER_SERVER_PYTHON`, else this
+one). So these tests also run from a virtual environment that holds nothing but the client's
+wheel (tests/client/test_client_wheel.py); there, `LEDGER_CLIENT_ALONE=1` makes the session
+check at its end that nothing of the service was imported.
+
+The database is not shared with the in-process API tests, so a reconciliation run the tests
+start resolves only holds these tests made. Prices: the contract's example document.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from ledger.settings import normalize_database_url
-from pricing.examples import contract_price_document
-from tests import pg
-from tests.conftest import FINANCE, TEST_ENV, auth, new_id
-from tests.serving import Server
+ROOT = Path(__file__).resolve().parents[2]
+# What the client's own process must never import (the service and its dependencies).
+SERVICE_MODULES = frozenset(
+    {"ledger", "pricing", "workers", "litestar", "sqlalchemy", "dramatiq", "pgserver", "psycopg", "msgspec"}
+)
+
+
+def new_id(prefix: str = "acct") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 class Ledger:
-    """The running service: its URL, the pinned price version, and admin helpers."""
+    """The running service: its URL, the pinned price version, the gateway token, admin helpers."""
 
-    def __init__(self, url: str, version: str) -> None:
-        self.url = url
-        self.version = version
+    def __init__(self, ready: dict[str, Any]) -> None:
+        self.url: str = ready["url"]
+        self.version: str = ready["version"]
+        self.token: str = ready["gateway"]
+        self.document: dict[str, Any] = ready["document"]
+        self._finance: str = ready["finance"]
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
-        r = httpx.request(method, self.url + path, json=body, headers=auth(FINANCE), timeout=30)
+        headers = {"Authorization": f"Bearer {self._finance}"}
+        r = httpx.request(method, self.url + path, json=body, headers=headers, timeout=30)
         assert r.is_success, r.text
         return r.json()
 
@@ -58,26 +78,42 @@ class Ledger:
 
 
 @pytest.fixture(scope="module")
-def ledger(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
-    from ledger.db import migrate
+def ledger() -> Iterator[Ledger]:
+    # tests.serving.server_python's rule, not imported: that module belongs to the service's side.
+    python = os.environ.get("LEDGER_SERVER_PYTHON") or sys.executable
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            [python, "-m", "tests.client.server"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            line = proc.stdout.readline()
+            if not line:
+                proc.wait(30)
+                errors.seek(0)
+                raise RuntimeError(f"the test server did not start: {errors.read().decode(errors='replace')}")
+            yield Ledger(json.loads(line))
+        finally:
+            proc.stdin.close()
+            status = proc.wait(60)
+        errors.seek(0)
+        assert status == 0, errors.read().decode(errors="replace")
 
-    name, database = pg.create_database(pg_admin_url)
-    migrate(normalize_database_url(database))
-    env = {
-        **TEST_ENV,
-        "LEDGER_DATABASE_URL": database,
-        "LEDGER_RECONCILE_CRON": "0 0 1 1 *",
-        "LEDGER_LOG_LEVEL": "warning",
-    }
-    log = tmp_path_factory.mktemp("client-server") / "server.log"
-    try:
-        with Server(env, log, drop=("LEDGER_REDIS_URL",), stop_timeout=10) as serve:
-            serve.wait_ready(30)
-            # replace: the contract example prices two models, fewer than the bundled sheets.
-            document = {k: v for k, v in contract_price_document().items() if k != "effective_at"}
-            document["replace"] = True
-            version = Ledger(serve.base, "").admin("POST", "/admin/v1/price-versions", document)["version"]
-            yield Ledger(serve.base, version)
-    finally:
-        pg.drop_database(pg_admin_url, name)
-    serve.assert_no_tracebacks()
+
+@pytest.fixture(scope="session", autouse=True)
+def _client_alone() -> Iterator[None]:
+    """With `LEDGER_CLIENT_ALONE` set: the client comes from an installed wheel, and when the
+    session ends nothing of the service has been imported into this process."""
+    if os.environ.get("LEDGER_CLIENT_ALONE"):
+        import ledger_client
+
+        assert not Path(ledger_client.__file__).is_relative_to(ROOT), ledger_client.__file__
+    yield
+    if os.environ.get("LEDGER_CLIENT_ALONE"):
+        imported = sorted(m for m in sys.modules if m.split(".")[0] in SERVICE_MODULES)
+        assert not imported, f"the client's tests imported the service: {imported}"

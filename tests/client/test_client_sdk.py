@@ -28,10 +28,8 @@ from openai.types.responses.response_usage import (
 from openai.types.responses.response_usage import OutputTokensDetails as ResponseOutputDetails
 
 from ledger_client import AsyncLedgerClient, Hold, LedgerClient, from_anthropic, from_openai_responses
-from pricing.examples import contract_price_document
 from tests.client.conftest import Ledger
 from tests.client.faults import Faults
-from tests.conftest import GATEWAY
 
 D = Decimal
 MILLION = D(1_000_000)
@@ -87,14 +85,13 @@ def by_hand(
 @pytest.fixture(scope="module")
 def version(ledger: Ledger) -> str:
     """A version pricing the contract's two models and gpt-6-sol, active from now."""
-    document = {k: v for k, v in contract_price_document().items() if k != "effective_at"}
-    document["models"] = [*document["models"], SOL]
+    document = {**ledger.document, "models": [*ledger.document["models"], SOL]}
     published: str = ledger.admin("POST", "/admin/v1/price-versions", document)["version"]
     return published
 
 
 def client(ledger: Ledger, transport: Any = None) -> LedgerClient:
-    return LedgerClient(ledger.url, GATEWAY, transport=transport, timeout=10)
+    return LedgerClient(ledger.url, ledger.token, transport=transport, timeout=10)
 
 
 def settle(ledger: Ledger, version: str, model: str, usage: object) -> Hold:
@@ -330,7 +327,7 @@ def test_anthropic_stream_start_and_delta_through_the_hold_helper(ledger: Ledger
     account = ledger.account("100")
 
     async def run() -> Any:
-        async with AsyncLedgerClient(ledger.url, GATEWAY, timeout=10) as c:
+        async with AsyncLedgerClient(ledger.url, ledger.token, timeout=10) as c:
             async with c.hold(
                 account, "claude-sonnet-4-6", price_version=version, max_output_tokens=4000
             ) as h:

@@ -27,7 +27,6 @@ from ledger_client import (
 )
 from tests.client.conftest import Ledger
 from tests.client.faults import AsyncFaults, Faults
-from tests.conftest import GATEWAY
 
 MODEL = "claude-sonnet-4-6"
 LIMITS = {"max_input_tokens": 1000, "max_output_tokens": 1000}
@@ -44,11 +43,11 @@ class BrokenStream(Exception):
 
 
 def aclient(ledger: Ledger, transport: Any = None, retry: RetryPolicy = QUICK) -> AsyncLedgerClient:
-    return AsyncLedgerClient(ledger.url, GATEWAY, retry=retry, transport=transport, timeout=10)
+    return AsyncLedgerClient(ledger.url, ledger.token, retry=retry, transport=transport, timeout=10)
 
 
 def client(ledger: Ledger, transport: Any = None, retry: RetryPolicy = QUICK) -> LedgerClient:
-    return LedgerClient(ledger.url, GATEWAY, retry=retry, transport=transport, timeout=10)
+    return LedgerClient(ledger.url, ledger.token, retry=retry, transport=transport, timeout=10)
 
 
 def reserve(c: LedgerClient, ledger: Ledger, account: str, **extra: Any) -> Hold:

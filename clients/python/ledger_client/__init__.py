@@ -5,8 +5,18 @@ only the standard library and httpx, so a gateway can ship it alone.
 """
 
 from ledger_client.client import AsyncLedgerClient, LedgerClient
-from ledger_client.errors import InsufficientFunds, LedgerError, LedgerUnavailable
-from ledger_client.models import Balance, Charge, ChargeLine, Hold, HoldState
+from ledger_client.errors import BudgetExceeded, InsufficientFunds, LedgerError, LedgerUnavailable
+from ledger_client.models import (
+    Balance,
+    Charge,
+    ChargeLine,
+    ChargeQuote,
+    Hold,
+    HoldState,
+    Reservation,
+    ReservationQuote,
+    Tier,
+)
 from ledger_client.retry import NO_RETRY, RetryPolicy
 from ledger_client.streaming import AsyncHoldSession, HoldSession
 from ledger_client.usage import from_anthropic, from_openai_chat, from_openai_responses
@@ -16,8 +26,10 @@ __all__ = [
     "AsyncHoldSession",
     "AsyncLedgerClient",
     "Balance",
+    "BudgetExceeded",
     "Charge",
     "ChargeLine",
+    "ChargeQuote",
     "Hold",
     "HoldSession",
     "HoldState",
@@ -25,7 +37,10 @@ __all__ = [
     "LedgerClient",
     "LedgerError",
     "LedgerUnavailable",
+    "Reservation",
+    "ReservationQuote",
     "RetryPolicy",
+    "Tier",
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",

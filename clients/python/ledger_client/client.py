@@ -1,7 +1,7 @@
 """The gateway's clients: `AsyncLedgerClient` and its sync twin `LedgerClient`, on httpx.
 
 Both offer the same calls (reserve, get_hold, checkpoint, settle, interrupt, release,
-balance) and the streaming helper `hold(...)`. Every call goes through one retry loop
+balance, quote) and the streaming helper `hold(...)`. Every call goes through one retry loop
 (see `ledger_client.retry` for what is retried and why that is safe); a refusal raises
 `LedgerError` (`InsufficientFunds` on 402), a ledger that stays unreachable raises
 `LedgerUnavailable`. The two clients differ only in how they send and wait.
@@ -20,7 +20,7 @@ import httpx
 from ledger_client import _calls
 from ledger_client._calls import Call, answer, request_kwargs
 from ledger_client.errors import LedgerUnavailable
-from ledger_client.models import Balance, Hold
+from ledger_client.models import Balance, ChargeQuote, Hold, ReservationQuote
 from ledger_client.retry import RETRYABLE_ERRORS, RETRYABLE_STATUSES, RetryPolicy
 from ledger_client.streaming import AsyncHoldSession, HoldSession
 
@@ -98,8 +98,12 @@ class AsyncLedgerClient:
         price_version: str | None = None,
         ttl_seconds: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        budget_key: str | None = None,
     ) -> Hold:
-        """Hold the request's worst case. Without `idempotency_key` one is made (and reused on retry)."""
+        """Hold the request's worst case. Without `idempotency_key` one is made (and reused on retry).
+
+        `budget_key`: the API key or project whose budget the spend counts against (402
+        `budget_exceeded` past it); `metadata` is stored with the hold as given."""
         return await self._send(
             _calls.reserve(
                 account_id=account_id,
@@ -111,6 +115,7 @@ class AsyncLedgerClient:
                 price_version=price_version,
                 ttl_seconds=ttl_seconds,
                 metadata=metadata,
+                budget_key=budget_key,
             )
         )
 
@@ -145,6 +150,31 @@ class AsyncLedgerClient:
 
     async def balance(self, account_id: str) -> Balance:
         return await self._send(_calls.balance(account_id))
+
+    async def quote(
+        self,
+        model: str,
+        *,
+        usage: object | None = None,
+        price_version: str | None = None,
+        currency: str | None = None,
+        max_output_tokens: int | None = None,
+        max_input_tokens: int | None = None,
+        n: int | None = None,
+    ) -> ChargeQuote | ReservationQuote:
+        """Price a usage (`ChargeQuote`, `usage` as for `settle`) or size a reservation
+        (`ReservationQuote`, from the `max_*_tokens` and `n`); touches no balance."""
+        return await self._send(
+            _calls.quote(
+                model=model,
+                usage=usage,
+                price_version=price_version,
+                currency=currency,
+                max_output_tokens=max_output_tokens,
+                max_input_tokens=max_input_tokens,
+                n=n,
+            )
+        )
 
     def hold(self, account_id: str, model: str, **reserve: Any) -> AsyncHoldSession:
         """`async with ledger.hold(account_id=..., model=..., max_output_tokens=...) as h:` for one
@@ -206,6 +236,7 @@ class LedgerClient:
         price_version: str | None = None,
         ttl_seconds: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        budget_key: str | None = None,
     ) -> Hold:
         return self._send(
             _calls.reserve(
@@ -218,6 +249,7 @@ class LedgerClient:
                 price_version=price_version,
                 ttl_seconds=ttl_seconds,
                 metadata=metadata,
+                budget_key=budget_key,
             )
         )
 
@@ -243,6 +275,30 @@ class LedgerClient:
 
     def balance(self, account_id: str) -> Balance:
         return self._send(_calls.balance(account_id))
+
+    def quote(
+        self,
+        model: str,
+        *,
+        usage: object | None = None,
+        price_version: str | None = None,
+        currency: str | None = None,
+        max_output_tokens: int | None = None,
+        max_input_tokens: int | None = None,
+        n: int | None = None,
+    ) -> ChargeQuote | ReservationQuote:
+        """As `AsyncLedgerClient.quote`."""
+        return self._send(
+            _calls.quote(
+                model=model,
+                usage=usage,
+                price_version=price_version,
+                currency=currency,
+                max_output_tokens=max_output_tokens,
+                max_input_tokens=max_input_tokens,
+                n=n,
+            )
+        )
 
     def hold(self, account_id: str, model: str, **reserve: Any) -> HoldSession:
         """`with ledger.hold(account_id=..., model=..., max_output_tokens=...) as h:`; see `HoldSession`."""

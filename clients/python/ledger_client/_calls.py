@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from ledger_client.errors import LedgerError, error_from_response
-from ledger_client.models import Balance, Hold
+from ledger_client.models import Balance, ChargeQuote, Hold, ReservationQuote, quote_from_wire
 from ledger_client.usage import as_ledger_usage
 
 T = TypeVar("T")
@@ -53,6 +53,7 @@ def reserve(
     price_version: str | None,
     ttl_seconds: int | None,
     metadata: Mapping[str, Any] | None,
+    budget_key: str | None = None,
 ) -> Call[Hold]:
     # The key is fixed here, once per reserve, so every retry of this call carries the same one.
     key = idempotency_key or new_idempotency_key()
@@ -63,6 +64,7 @@ def reserve(
         "n": n,
         "price_version": price_version,
         "ttl_seconds": ttl_seconds,
+        "budget_key": budget_key,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     if metadata:
@@ -93,6 +95,30 @@ def release(hold_id: str) -> Call[Hold]:
 
 def balance(account_id: str) -> Call[Balance]:
     return Call("GET", f"/v1/accounts/{account_id}/balance", Balance.from_wire)
+
+
+def quote(
+    *,
+    model: str,
+    usage: object | None,
+    price_version: str | None,
+    currency: str | None,
+    max_output_tokens: int | None,
+    max_input_tokens: int | None,
+    n: int | None,
+) -> Call[ChargeQuote | ReservationQuote]:
+    body: dict[str, Any] = {"model": model}
+    if usage is not None:
+        body.update(_usage_body(usage))
+    optional = {
+        "price_version": price_version,
+        "currency": currency,
+        "max_output_tokens": max_output_tokens,
+        "max_input_tokens": max_input_tokens,
+        "n": n,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return Call("POST", "/v1/quotes", quote_from_wire, body)
 
 
 def _decode(response: httpx.Response) -> Any:

@@ -3,8 +3,11 @@
 Every refusal the service answers with is `{"error": {"type", "code", "message", "param", ...}}`;
 `LedgerError` keeps each of those and the whole body (`body`). A 402 becomes
 `InsufficientFunds`, whose `required` and `available` are `Decimal` (never float), so a
-gateway can lower its output limit and try again. When the ledger cannot be reached at all
-(after the retries), the error is `LedgerUnavailable`, with the transport error as its cause.
+gateway can lower its output limit and try again; a 402 `budget_exceeded` (the reserve's
+`budget_key` is past its budget) is its subclass `BudgetExceeded`, whose `available` is what
+the budget still allows this period (`budget` - `spent` - `held`, never below 0). When the
+ledger cannot be reached at all (after the retries), the error is `LedgerUnavailable`, with
+the transport error as its cause.
 """
 
 from __future__ import annotations
@@ -56,6 +59,31 @@ class InsufficientFunds(LedgerError):
         self.reservation: dict[str, Any] = detail.get("reservation") or {}
 
 
+class BudgetExceeded(InsufficientFunds):
+    """402 `budget_exceeded`: the reservation would take its `budget_key` past the key's budget
+    for the current period (`period_start` to `period_end`, ISO dates); nothing was held."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(status, code, message, type=type, param=param, body=body)
+        detail = (body or {}).get("error", {})
+        self.budget_key: str | None = detail.get("budget_key")
+        self.budget = Decimal(str(detail.get("budget", "0")))
+        self.spent = Decimal(str(detail.get("spent", "0")))
+        self.held = Decimal(str(detail.get("held", "0")))
+        self.available = max(Decimal(0), self.budget - self.spent - self.held)  # as the budget's `remaining`
+        self.period_start: str | None = detail.get("period_start")
+        self.period_end: str | None = detail.get("period_end")
+
+
 class LedgerUnavailable(LedgerError):
     """The ledger could not be reached, or kept answering 503, within the retry budget."""
 
@@ -65,10 +93,15 @@ def error_from_response(status: int, body: Any) -> LedgerError:
     detail = body.get("error") if isinstance(body, dict) else None
     if not isinstance(detail, dict):
         return LedgerError(status, "unexpected_response", f"HTTP {status}: {str(body)[:200]}")
-    kind = InsufficientFunds if status == 402 else LedgerUnavailable if status == 503 else LedgerError
+    code = str(detail.get("code", "unknown"))
+    kind: type[LedgerError] = LedgerError
+    if status == 402:
+        kind = BudgetExceeded if code == "budget_exceeded" else InsufficientFunds
+    elif status == 503:
+        kind = LedgerUnavailable
     return kind(
         status,
-        str(detail.get("code", "unknown")),
+        code,
         str(detail.get("message", "")),
         type=detail.get("type"),
         param=detail.get("param"),
