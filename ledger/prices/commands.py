@@ -81,6 +81,11 @@ def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
     try:
         if args.prices_command == "publish":
             raw = Path(args.file).read_bytes()
+            if args.now:  # publish as of now: the document's own effective_at is dropped
+                document = json.loads(raw)
+                if isinstance(document, dict):
+                    document.pop("effective_at", None)
+                raw = json.dumps(document).encode()
 
             async def publish(svc: PriceService) -> tuple[Any, str | None]:
                 published = await svc.publish_raw(raw, CLI, replace=args.replace)
@@ -100,8 +105,8 @@ def run(settings: Settings, url: str, args: argparse.Namespace) -> int:
             if active != version.version:
                 print(
                     f"ledger prices: note: {version.version} is not the active {version.currency} version "
-                    f"now (active: {active}); its effective_at is {version.effective_at}. Pin it with "
-                    f'"price_version": "{version.version}", or publish with a later effective_at.',
+                    f"now (active: {active}); its effective_at is {version.effective_at}, so it never "
+                    "applies and cannot be pinned: publish it again with --now (or a later effective_at).",
                     file=sys.stderr,
                 )
             return 0
@@ -154,6 +159,9 @@ def add_parser(sub: Any) -> None:
     publish.add_argument("file")
     publish.add_argument(
         "--replace", action="store_true", help="allow dropping models that the active version prices"
+    )
+    publish.add_argument(
+        "--now", action="store_true", help="publish as of now, ignoring the document's effective_at"
     )
     refresh_p = verbs.add_parser(
         "refresh",

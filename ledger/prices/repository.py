@@ -36,15 +36,19 @@ _LATEST_AFTER = text(
     "ORDER BY id DESC LIMIT 1"
 )
 # Whether a request may pin `version` now (the pin rule, `PriceService.check_pin`): its
-# effective_at, when it was superseded (the earliest moment a later version of its
-# currency took effect or, published with an effective_at already past, was published;
-# NULL while none has), and both tested against the database's clock.
+# effective_at; when it was superseded (the earliest moment a later version of its currency
+# took effect or, published with an effective_at already past, was published; NULL while
+# none has); whether it ever was the active version (superseded only after it took effect
+# and after it was published: a backdated version that a later one already outranked never
+# was); and each tested against the database's clock.
 _PIN_TERMS = text(
     """
     SELECT p.effective_at, p.superseded_at,
            p.effective_at > now() AS not_yet_effective,
+           p.superseded_at IS NOT NULL
+             AND p.superseded_at <= greatest(p.effective_at, p.published_at) AS never_active,
            p.superseded_at + make_interval(secs => :grace) <= now() AS past_grace
-      FROM (SELECT pv.effective_at,
+      FROM (SELECT pv.effective_at, pv.published_at,
                    (SELECT min(greatest(w.effective_at, w.published_at)) FROM price_versions w
                      WHERE w.currency = pv.currency
                        AND (w.effective_at, w.id) > (pv.effective_at, pv.id)) AS superseded_at

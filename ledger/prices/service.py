@@ -453,7 +453,8 @@ class PriceService:
         """Refuse pinning `version` now unless it is in effect, or superseded less than
         `grace_seconds` ago (so a quote just given still holds): 404 for an unknown version,
         422 `price_version_not_effective` before its effective_at, 422
-        `price_version_superseded` past the grace. Judged by the database's clock."""
+        `price_version_superseded` past the grace or when it never was the active version (a
+        backdated publication already outranked). Judged by the database's clock."""
         async with read_only(self.engine) as conn:
             row = await repository.pin_terms(conn, version, grace_seconds)
         if row is None:
@@ -462,6 +463,12 @@ class PriceService:
             raise PriceVersionNotEffective(
                 f"price version {version} takes effect at {iso(row.effective_at)}; "
                 "a request may not pin it before then",
+                param="price_version",
+            )
+        if row.never_active:
+            raise PriceVersionSuperseded(
+                f"price version {version} was never in effect: a later version of its currency already "
+                "applied when it was published (or took effect); omit price_version to use the active one",
                 param="price_version",
             )
         if row.past_grace:

@@ -133,3 +133,49 @@ def test_an_unknown_pinned_version_is_404(client: TestClient[Any], world: dict[s
     r = reserve(client, world["account"], max_output_tokens=100, price_version="v999999999")
     assert r.status_code == 404, r.text
     assert r.json()["error"]["code"] == "price_version_not_found"
+
+
+def test_a_backdated_version_that_was_never_in_effect_cannot_be_pinned(
+    client: TestClient[Any], make_account: Any, sql: psycopg.Connection[Any]
+) -> None:
+    """Found in review: a version published with an effective_at before the active one's
+    (so it never applied) could be pinned within the grace, at rates 0."""
+    from datetime import UTC, datetime, timedelta
+
+    currency = fresh_currency()
+    publish(client, simple_document(currency))
+    earlier = (datetime.now(UTC) - timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+    free = publish(client, simple_document(currency, input_rate="0", output_rate="0", effective_at=earlier))
+    account_id = make_account("1", currency=currency)
+    r = reserve(client, account_id, max_output_tokens=100, price_version=free)
+    refused(r, "price_version_superseded")
+    assert "never in effect" in r.json()["error"]["message"]
+    assert holds_of(sql, account_id) == 0
+
+
+def test_the_cli_publishes_a_past_dated_document_as_of_now_with_now(
+    client: TestClient[Any], database: str, tmp_path: Any
+) -> None:
+    """`ledger prices publish` of a document dated before the active version says it never
+    applies; `--now` publishes it as the active version instead."""
+    import json
+
+    from tests.api.test_prices_api import run_cli
+
+    currency = fresh_currency()
+    publish(client, simple_document(currency))
+    path = tmp_path / "old.json"
+    path.write_text(
+        json.dumps(simple_document(currency, input_rate="3", effective_at="2026-01-01T00:00:00Z"))
+    )
+    done = run_cli(database, "prices", "publish", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "never applies and cannot be pinned" in done.stderr
+    done = run_cli(database, "prices", "publish", "--now", str(path))
+    assert done.returncode == 0, done.stderr
+    version = json.loads(done.stdout)["version"]
+    assert "not the active" not in done.stderr
+    quote = {"currency": currency, "model": "t-simple", "max_output_tokens": 1}
+    r = client.post("/v1/quotes", json=quote, headers=auth(GATEWAY))
+    assert r.status_code == 200, r.text
+    assert r.json()["price_version"] == version
