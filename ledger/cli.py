@@ -142,6 +142,9 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
             log_level="warning",
             access_log=False,
             http=LedgerHttpProtocol,
+            # The client address is the socket peer: only LEDGER_TRUSTED_PROXIES may name
+            # another (ledger.http.throttle), never uvicorn's own X-Forwarded-For handling.
+            proxy_headers=False,
             timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
         return 0
@@ -159,6 +162,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
         log_level="warning",
         access_log=False,
         http=LedgerHttpProtocol,
+        proxy_headers=False,  # the client is the socket peer unless LEDGER_TRUSTED_PROXIES says otherwise
         # Without a bound uvicorn waits for every open request on SIGTERM, so one slow
         # client kept the service up indefinitely.
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,

@@ -132,3 +132,26 @@ def test_client_address_is_the_peer_unless_it_is_a_trusted_proxy() -> None:
     assert proxied.client_address(scope("10.1.2.3")) == "10.1.2.3"
     # an untrusted peer cannot choose its address by sending the header
     assert proxied.client_address(scope("198.51.100.7", "1.2.3.4")) == "198.51.100.7"
+
+
+def test_a_real_server_ignores_x_forwarded_for_without_a_trusted_proxy(database: str, tmp_path: Any) -> None:
+    """Found in review: uvicorn's own proxy-header handling trusted X-Forwarded-For from
+    127.0.0.1, so rotating the header from loopback escaped the throttle. `ledger serve`
+    turns it off: the client is the socket peer unless LEDGER_TRUSTED_PROXIES names it."""
+    import httpx
+
+    from tests.conftest import TEST_ENV
+    from tests.serving import Server
+
+    env = {**TEST_ENV, "LEDGER_DATABASE_URL": database, "LEDGER_AUTH_FAILURE_LIMIT": "3"}
+    with Server(env, tmp_path / "serve.log") as server:
+        server.wait_ready()
+        statuses = [
+            httpx.get(
+                f"{server.base}/v1/accounts/x/balance",
+                headers={**auth("wrong-token-" + "x" * 32), "X-Forwarded-For": f"203.0.113.{i}"},
+                timeout=10,
+            ).status_code
+            for i in range(6)
+        ]
+    assert statuses == [401, 401, 401, 429, 429, 429]
