@@ -56,7 +56,7 @@ def read_value(env: dict[str, str], name: str) -> Configured:
     if path is None:
         return Configured(direct, name)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not part of a token
     except OSError as exc:
         raise SettingsError(f"{name}_FILE: cannot read {path!r} ({exc.strerror or exc})") from exc
     return Configured(text, f"{name}_FILE")

@@ -49,8 +49,11 @@ def check_webhook_url(url: str) -> str:
         port = parts.port
     except ValueError as error:
         raise ValidationFailed(f"webhook_url is not a valid URL: {error}", param="webhook_url") from error
-    if parts.scheme not in ("http", "https"):
-        raise ValidationFailed("webhook_url must be an http:// or https:// URL", param="webhook_url")
+    if parts.scheme not in ("http", "https") or not url.startswith(parts.scheme + "://"):
+        # urlsplit lower-cases the scheme; the stored URL must be exactly what was vetted.
+        raise ValidationFailed(
+            "webhook_url must start with https:// or http:// (lower case)", param="webhook_url"
+        )
     if not parts.hostname:
         raise ValidationFailed("webhook_url must name a host", param="webhook_url")
     if parts.username is not None or parts.password is not None:

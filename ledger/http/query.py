@@ -78,7 +78,7 @@ def timestamp(text: str | None, *, param: str) -> datetime | None:
     if not _TIMESTAMP.fullmatch(text):
         raise ValidationFailed(f"{param} is not a timestamp ({_FORMAT})", param=param)
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
     except ValueError as error:  # a day the month does not have, year 0
         raise ValidationFailed(f"{param} is not a date and time that exists", param=param) from error
     return utc(parsed, param=param)

@@ -105,6 +105,11 @@ class AuthThrottle:
             self.blocked[address] = entry[0] + self.window
 
     def client_address(self, scope: Any) -> str:
+        """The key failures are counted under: the client's IPv4 address, or its IPv6 /64 (one
+        subscriber's prefix, which it could otherwise rotate through)."""
+        return _per_subscriber(self._client(scope))
+
+    def _client(self, scope: Any) -> str:
         client = scope.get("client")
         peer: str = client[0] if client else "unknown"
         if not self.trusted or not self._is_trusted(peer):
@@ -127,6 +132,18 @@ class AuthThrottle:
         except ValueError:
             return False
         return any(ip in network for network in self.trusted)
+
+
+def _per_subscriber(address: str) -> str:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address
 
 
 def surface_of(path: str) -> str:

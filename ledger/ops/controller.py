@@ -40,7 +40,7 @@ def actor_filter(actor: str | None) -> tuple[str | None, str | None]:
     if actor in _ACTOR_ROLES:
         return None, actor
     raise ValidationFailed(
-        "actor must be an identity as recorded (e.g. 'finance:3f2a9c1b7d20', 'cli', 'reconciler') "
+        "actor must be an identity as recorded (e.g. 'finance:3f2a9c1b7d20e8a4', 'cli', 'reconciler') "
         f"or a role ({', '.join(_ACTOR_ROLES)})",
         param="actor",
     )
@@ -154,7 +154,8 @@ class AdminOpsController(Controller):
                 default=None,
                 max_length=200,
                 schema_extra={"pattern": f"(:|^({'|'.join(_BARE_IDENTITIES + _ACTOR_ROLES)})$)"},
-                description="an identity as recorded (`finance:3f2a9c1b7d20`), or a role alone (`finance`)",
+                description="an identity as recorded (`finance:3f2a9c1b7d20e8a4`, `finance:alice`), "
+                "or a role alone (`finance`)",
             ),
         ],
         since: From,

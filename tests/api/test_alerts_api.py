@@ -272,3 +272,13 @@ def test_public_and_allow_listed_destinations_are_accepted_and_a_refusal_keeps_t
     assert "loopback" in r.json()["error"]["message"]
     alert = client.get(f"/admin/v1/accounts/{account_id}/alert", headers=auth(VIEWER)).json()
     assert alert["webhook_url"] == accepted
+
+
+def test_an_upper_case_scheme_is_422_not_500(client: TestClient[Any], make_account: Any) -> None:
+    """Found in review: `HTTPS://...` passed the check (urlsplit lower-cases the scheme) and the
+    database's own check then refused the stored URL: a 500."""
+    account_id = make_account("10")
+    r = put(client, account_id, webhook_url="HTTPS://127.0.0.2:9/hook")
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["param"] == "webhook_url"
+    assert client.get(f"/admin/v1/accounts/{account_id}/alert", headers=auth(VIEWER)).status_code == 404

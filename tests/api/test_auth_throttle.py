@@ -134,6 +134,16 @@ def test_client_address_is_the_peer_unless_it_is_a_trusted_proxy() -> None:
     assert proxied.client_address(scope("198.51.100.7", "1.2.3.4")) == "198.51.100.7"
 
 
+def test_an_ipv6_client_is_counted_per_64_prefix() -> None:
+    """Found in review: one subscriber's /64 holds 2^64 addresses to rotate through."""
+    throttle = AuthThrottle(limit=3, window=60, max_addresses=10)
+    for last in ("1", "2", "abcd"):
+        throttle.fail(throttle.client_address(scope(f"2001:db8:1:2::{last}")))
+    assert throttle.retry_after(throttle.client_address(scope("2001:db8:1:2::ffff"))) is not None
+    assert throttle.retry_after(throttle.client_address(scope("2001:db8:1:3::1"))) is None
+    assert throttle.client_address(scope("::ffff:198.51.100.7")) == "198.51.100.7"
+
+
 def test_a_real_server_ignores_x_forwarded_for_without_a_trusted_proxy(database: str, tmp_path: Any) -> None:
     """Found in review: uvicorn's own proxy-header handling trusted X-Forwarded-For from
     127.0.0.1, so rotating the header from loopback escaped the throttle. `ledger serve`

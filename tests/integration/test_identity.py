@@ -120,6 +120,20 @@ def test_tokens_and_secrets_from_files(tmp_path: Path) -> None:
     assert from_file.fingerprint == direct.fingerprint
 
 
+def test_a_token_file_saved_with_a_byte_order_mark_keeps_its_first_token(tmp_path: Path) -> None:
+    """Found in review: a UTF-8 BOM stayed in front of the first token, which then never matched."""
+    path = tmp_path / "gateway"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{LONG_GATEWAY}\n".encode())
+    settings = load_settings(
+        {
+            "LEDGER_DATABASE_URL": SERVICE["LEDGER_DATABASE_URL"],
+            "LEDGER_GATEWAY_TOKENS_FILE": str(path),
+            "LEDGER_IDENTITY_SECRET": SECRET,
+        }
+    )
+    assert settings.gateway_tokens == (GatewayToken(LONG_GATEWAY),)
+
+
 def test_variable_and_its_file_together_or_an_unreadable_file_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text(LONG_GATEWAY)
