@@ -17,7 +17,6 @@ from markupsafe import Markup, escape
 
 from ledger.console.display import readable
 
-WIDTH = Decimal(1200)
 HEIGHT = Decimal(220)
 LEFT = Decimal(86)  # room for the axis labels
 BOTTOM = Decimal(34)  # room for the bar labels
@@ -35,8 +34,10 @@ def bar_chart(
     title: str,
     currency: str,
     tick: Callable[[str], str] = str,
+    width: int = 1200,
 ) -> Markup:
     """An SVG of one bar per point; labels thinned out so that at most ~16 are written."""
+    chart_w = Decimal(width)
     if not points:
         return Markup('<p class="muted">Nothing to chart in this period.</p>')
     top = max((amount for _, amount in points), default=Decimal(0))
@@ -45,16 +46,16 @@ def bar_chart(
     span = (top - bottom) or Decimal(1)
     plot_h = HEIGHT - TOP - BOTTOM
     zero_y = TOP + plot_h * top / span
-    slot = (WIDTH - LEFT) / len(points)
+    slot = (chart_w - LEFT) / len(points)
     bar_w = max(slot * Decimal("0.7"), Decimal(1))
     every = max(1, -(-len(points) // 16))
     parts = [
         Markup(
             '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
             'xmlns="http://www.w3.org/2000/svg">'
-        ).format(_n(WIDTH), _n(HEIGHT), title),
+        ).format(_n(chart_w), _n(HEIGHT), title),
         Markup('<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>').format(
-            _n(LEFT), _n(zero_y), _n(WIDTH), _n(zero_y)
+            _n(LEFT), _n(zero_y), _n(chart_w), _n(zero_y)
         ),
         Markup('<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>').format(
             _n(LEFT - 6), _n(TOP + 4), f"{readable(top)} {currency}"
@@ -89,7 +90,7 @@ def bar_chart(
                 currency,
             )
         )
-        if i % every == 0:
+        if (len(points) - 1 - i) % every == 0:  # counted from the newest: the last bar is labelled
             parts.append(
                 Markup('<text class="label" x="{}" y="{}" text-anchor="middle">{}</text>').format(
                     _n(x + bar_w / 2), _n(HEIGHT - BOTTOM + 16), tick(label)

@@ -72,6 +72,7 @@ class RevenuePages(Controller):
                 [(g.key, Decimal(g.amount)) for g in by_model.groups],
                 title=f"Revenue per model, {currency}",
                 currency=currency,
+                width=600,
             ),
         )
 
