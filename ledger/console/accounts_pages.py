@@ -1,9 +1,12 @@
-"""The account pages: search, one account (balances, grants, holds, money forms), statement.
+"""The account pages: search, one account (balances, grants, usage, holds, money forms), statement.
 
 Money forms (deposit, adjustment, grant) need `finance`, a CSRF token and a reason, and
 go through the same services as the admin API (`AccountService.deposit` / `.adjust`,
 `GrantService.grant`), so they are idempotency-checked and audit-logged the same way:
 each rendered form carries its own idempotency key, so submitting it twice posts once.
+
+An account's usage (last 30 UTC days, by model and charted by day) is what its settles
+and true-ups took from its balance, from the journal, exact; tokens are the gateway's.
 
 Transaction lists hide `reserve` and `release` rows unless asked (`?reserves=1`, or
 those kinds ticked): they move only `held`, never the balance. The statement's CSV
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -28,6 +32,7 @@ from ledger.accounts.schemas import AdjustmentRequest, DepositRequest, JournalTr
 from ledger.accounts.service import account_view
 from ledger.console import repository
 from ledger.console.auth import checked_form, console_guard
+from ledger.console.chart import bar_chart
 from ledger.console.headers import console_headers
 from ledger.console.rendering import (
     HANDLERS,
@@ -59,6 +64,14 @@ Reserves = Annotated[bool, Parameter(default=False)]
 AsOf = Annotated[str | None, Parameter(query="as_of", default=None, max_length=40)]
 HOLD_ONLY = ("reserve", "release")
 RECENT = 10
+USAGE_DAYS = 30
+
+
+def usage_points(by_day: Sequence[Any], today: date) -> list[tuple[str, Decimal]]:
+    """A chart slot for each of the last USAGE_DAYS days, empty days included."""
+    spent = {r.key: r.spent for r in by_day}
+    days = [(today - timedelta(days=n)).isoformat() for n in range(USAGE_DAYS - 1, -1, -1)]
+    return [(d, spent.get(d, Decimal(0))) for d in days]
 
 
 def chosen_kinds(kinds: list[str] | None, reserves: bool) -> tuple[str, ...]:
@@ -139,17 +152,22 @@ class AccountPages(Controller):
     ) -> Template:
         account = await accounts_of(request).get(account_id)
         kinds = chosen_kinds(None, reserves)
+        today = datetime.now(UTC).date()
         async with read_only(accounts_of(request).engine) as conn:
             held = await repository.holds(
                 conn, states=("open", "interrupted"), account_id=account_id, before=None, limit=PAGE
             )
             grants = await repository.grants(conn, account_id, limit=PAGE)
+            since = datetime.combine(today - timedelta(days=USAGE_DAYS - 1), time(), tzinfo=UTC)
+            until = datetime.combine(today + timedelta(days=1), time(), tzinfo=UTC)
+            by_model = await repository.usage(conn, account_id, group_by="model", since=since, until=until)
+            by_day = await repository.usage(conn, account_id, group_by="day", since=since, until=until)
             recent = await repository.transactions(
                 conn,
                 account_id,
                 kinds=kinds,
                 since=BEGINNING,
-                until=datetime.max.replace(tzinfo=BEGINNING.tzinfo),
+                until=datetime.max.replace(tzinfo=UTC),
                 before=None,
                 limit=RECENT,
             )
@@ -161,6 +179,16 @@ class AccountPages(Controller):
             holds=[hold_view(r) for r in held],
             grants=[grant_view(r) for r in grants],
             recent=transaction_views(account_id, recent),
+            usage_models=by_model,
+            usage_total=sum((r.spent for r in by_model), Decimal(0)),
+            usage_chart=bar_chart(
+                usage_points(by_day, today),
+                title=f"Spent per day, last {USAGE_DAYS} days",
+                currency=account.currency,
+                tick=lambda d: d[5:],
+                width=600,
+                labels=8,
+            ),
             reserves=reserves,
             notice=notice,
             values=values or {},

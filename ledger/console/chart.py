@@ -16,9 +16,11 @@ from decimal import ROUND_HALF_UP, Decimal
 from markupsafe import Markup, escape
 
 from ledger.console.display import readable
+from pricing.money import format_amount
 
 HEIGHT = Decimal(220)
 LEFT = Decimal(86)  # room for the axis labels
+RIGHT = Decimal(18)  # room for half of the last bar's label
 BOTTOM = Decimal(34)  # room for the bar labels
 TOP = Decimal(12)
 TENTH = Decimal("0.1")
@@ -35,8 +37,9 @@ def bar_chart(
     currency: str,
     tick: Callable[[str], str] = str,
     width: int = 1200,
+    labels: int = 16,
 ) -> Markup:
-    """An SVG of one bar per point; labels thinned out so that at most ~16 are written."""
+    """An SVG `width` units wide, one bar per point; at most about `labels` bar labels are written."""
     chart_w = Decimal(width)
     if not points:
         return Markup('<p class="muted">Nothing to chart in this period.</p>')
@@ -46,9 +49,9 @@ def bar_chart(
     span = (top - bottom) or Decimal(1)
     plot_h = HEIGHT - TOP - BOTTOM
     zero_y = TOP + plot_h * top / span
-    slot = (chart_w - LEFT) / len(points)
+    slot = (chart_w - LEFT - RIGHT) / len(points)
     bar_w = max(slot * Decimal("0.7"), Decimal(1))
-    every = max(1, -(-len(points) // 16))
+    every = max(1, -(-len(points) // labels))
     parts = [
         Markup(
             '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
@@ -86,7 +89,7 @@ def bar_chart(
                 _n(bar_w),
                 _n(h),
                 label,
-                f"{amount:f}",
+                format_amount(amount),
                 currency,
             )
         )

@@ -145,3 +145,39 @@ async def hold_transactions(conn: AsyncConnection, hold_id: UUID, account_id: st
     return list(
         (await conn.execute(_HOLD_TRANSACTIONS, {"hold_id": hold_id, "account_id": account_id})).all()
     )
+
+
+# An account's usage: what its settles and true-ups took from its balance, by model or
+# by UTC day, with the requests settled and their tokens as the gateway reported them.
+_USAGE_KEYS = {"model": "h.model", "day": "to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"}
+_USAGE = {
+    group: text(
+        f"""
+        WITH m AS (
+          SELECT t.id, t.kind, t.hold_id, t.created_at, sum(e.amount) AS amount
+            FROM journal_entries e JOIN journal_transactions t ON t.id = e.transaction_id
+           WHERE e.account_id = :account_id AND t.kind IN ('settle', 'true_up')
+             AND e.created_at >= :since AND e.created_at < :until
+           GROUP BY t.id
+        )
+        SELECT {key} AS key,
+               count(*) FILTER (WHERE m.kind = 'settle') AS requests,
+               coalesce(sum(CAST(h.usage ->> 'prompt_tokens' AS bigint))
+                        FILTER (WHERE m.kind = 'settle'), 0) AS input_tokens,
+               coalesce(sum(CAST(h.usage ->> 'completion_tokens' AS bigint))
+                        FILTER (WHERE m.kind = 'settle'), 0) AS output_tokens,
+               -sum(m.amount) AS spent
+          FROM m JOIN holds h ON h.id = m.hold_id
+         GROUP BY 1 ORDER BY 1
+        """
+    )
+    for group, key in _USAGE_KEYS.items()
+}
+
+
+async def usage(
+    conn: AsyncConnection, account_id: str, *, group_by: str, since: datetime, until: datetime
+) -> list[Any]:
+    """Per model or per day: requests, input and output tokens, and the exact amount spent."""
+    params = {"account_id": account_id, "since": since, "until": until}
+    return list((await conn.execute(_USAGE[group_by], params)).all())

@@ -183,7 +183,7 @@ class Visit:
         self.tab.wait_for(lands or path.split("?")[0])
         return str(self.tab.evaluate("document.body.innerText"))
 
-    def check_and_shoot(self, name: str, *, height: int = 900, split_at: str | None = None) -> None:
+    def check_and_shoot(self, name: str, *, height: int = 900, split_at: tuple[str, ...] = ()) -> None:
         tab = self.tab
         assert tab.evaluate("window.__csp") == [], f"{name}: CSP violations"
         refused = [
@@ -201,14 +201,14 @@ class Visit:
         assert unlabelled == [], f"{name}: inputs without a label: {unlabelled}"
         assert tab.evaluate("document.querySelectorAll('[style]').length") == 0, f"{name}: style attribute"
         full = int(tab.evaluate("document.documentElement.scrollHeight"))
-        if split_at is None:
-            self.shoot(name, 0, min(full, height))
-            return
-        # a long page in two pictures, cut above a heading (each PNG stays small)
-        cut = int(tab.evaluate(f"document.querySelector({json.dumps(split_at)}).getBoundingClientRect().top"))
-        cut += int(tab.evaluate("window.scrollY")) - 12
-        self.shoot(name, 0, cut)
-        self.shoot(f"{name}-2", cut, min(full - cut, height))
+        # a long page in several pictures, each cut above an element (each PNG stays small)
+        cuts = [0]
+        for selector in split_at:
+            top = tab.evaluate(f"document.querySelector({json.dumps(selector)}).getBoundingClientRect().top")
+            cuts.append(int(top) + int(tab.evaluate("window.scrollY")) - 12)
+        ends = [*cuts[1:], min(full, cuts[-1] + height)]
+        for n, (top, end) in enumerate(zip(cuts, ends, strict=True), start=1):
+            self.shoot(name if n == 1 else f"{name}-{n}", top, end - top)
 
     def shoot(self, name: str, top: int, height: int) -> None:
         clip = {"x": 0, "y": top, "width": 1280, "height": max(height, 300), "scale": 1}
@@ -363,12 +363,17 @@ def test_every_console_page_in_a_browser(
     assert browser.evaluate("document.querySelectorAll('table.journal [data-transaction]').length") > 0
     kinds = browser.evaluate("[...document.querySelectorAll('table.journal .kind')].map(e => e.innerText)")
     assert "reserve" not in kinds and "release" not in kinds and "settle" in kinds
-    visit.check_and_shoot("03-account", split_at="#unresolved")
+    assert browser.evaluate("document.querySelectorAll('#chart-usage svg.chart rect').length") == 30
+    usage_models = browser.evaluate(
+        "[...document.querySelectorAll('[data-model]')].map(e => e.dataset.model)"
+    )
+    assert usage_models == ["claude-sonnet-4-6", "gpt-6-luna"]
+    visit.check_and_shoot("03-account", split_at=("#forms", "#unresolved"))
 
     text = visit.open(statement)
     assert f"Statement · {account_id}" in text and "Totals by kind" in text
     assert "Download CSV of this view" in text
-    visit.check_and_shoot("04-statement", split_at="#transactions")
+    visit.check_and_shoot("04-statement", split_at=("#transactions",))
 
     settled = holds["h2"]
     text = visit.open(f"/console/holds/{settled}")
@@ -415,4 +420,4 @@ def test_every_console_page_in_a_browser(
     text = visit.open("/console/holds/00000000-0000-7000-8000-000000000000")
     assert "hold_not_found" in text
     visit.check_and_shoot("14-not-found")
-    assert len(visit.taken) == 16
+    assert len(visit.taken) == 17

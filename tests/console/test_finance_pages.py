@@ -263,3 +263,23 @@ def test_revenue_page_charts_days_and_models_with_the_reports_totals(
     r = web.get("/console/revenue.csv", params={"currency": currency, "group_by": "model"})
     assert r.status_code == 200
     assert list(csv.reader(io.StringIO(r.text)))[1][:2] == ["t-simple", "0.008"]
+
+
+def test_account_page_shows_usage_by_model_and_a_chart_by_day(
+    web: TestClient[Any], client: TestClient[Any], make_account: Any
+) -> None:
+    currency, _, account_id = world(client, make_account)
+    for p, c in ((300, 40), (1000, 500)):
+        hold = reserve(client, account_id, max_output_tokens=500).json()
+        assert call(client, hold["id"], "settle", usage(p, c)).status_code == 200
+    reserve(client, account_id, max_output_tokens=10)  # open: not usage yet
+    login(web, VIEWER)
+    page = web.get(f"/console/accounts/{account_id}").text
+    row = page.split('<tr data-model="t-simple">')[1].split("</tr>")[0]
+    cells = re.findall(r'<td class="num">([^<]*)', row)
+    assert cells[:3] == ["2", "1,300", "540"]
+    assert 'title="0.008"' in row  # 0.001 + 0.007, from the journal
+    chart = page.split('id="chart-usage">')[1].split("</figure>")[0]
+    assert chart.startswith('<svg class="chart"') and chart.count("<rect ") == 30
+    today = datetime.now(UTC).date().isoformat()
+    assert f"<title>{today}: 0.008 {currency}</title>" in chart
