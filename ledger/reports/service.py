@@ -18,7 +18,7 @@ running database transaction is final: entries carry their transaction's start t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -165,6 +165,11 @@ class ReportService:
             entries=[entry_view(r) for r in rows],
         )
 
+    async def summary(self, account_id: str, start: datetime | None, end: datetime | None) -> StatementHead:
+        """A statement without its entries: opening, closing and totals by kind, of one snapshot."""
+        async with read_only(self.snapshots) as conn:
+            return await self._head(conn, account_id, start, end)
+
     async def check_statement(self, account_id: str, start: datetime | None, end: datetime | None) -> None:
         """Refuse (404, 422) before a streamed response has started and cannot change status."""
         check_period(start, end)
@@ -175,15 +180,22 @@ class ReportService:
                 check_period(start, await repository.now(conn))
 
     async def statement_csv(
-        self, account_id: str, start: datetime | None, end: datetime | None
+        self,
+        account_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        kinds: Collection[str] | None = None,
     ) -> AsyncIterator[str]:
-        """CSV text, a batch of rows per chunk: header, `opening`, entries, `closing`."""
+        """CSV text, a batch of rows per chunk: header, `opening`, entries, `closing`.
+
+        `kinds`: only entries of these kinds (the positions stay the account's)."""
         async with read_only(self.snapshots) as conn:
             head = await self._head(conn, account_id, start, end)
             opening = position_row("opening", head.start, head.opening_balance, head.opening_held)
             yield STATEMENT_CSV.header() + STATEMENT_CSV.lines([opening])
             async for batch in repository.stream_entries(conn, **head.entry_params()):
-                yield STATEMENT_CSV.lines([entry_row(entry_view(row)) for row in batch])
+                rows = [row for row in batch if kinds is None or row.kind in kinds]
+                yield STATEMENT_CSV.lines([entry_row(entry_view(row)) for row in rows])
             yield STATEMENT_CSV.lines(
                 [position_row("closing", head.end, head.closing_balance, head.closing_held)]
             )

@@ -29,3 +29,16 @@ def notice(html: str) -> str:
     found = re.search(r'<p class="notice notice-(\w+)"[^>]*>(.*?)</p>', html, re.S)
     assert found, "no notice on the page"
     return f"{found.group(1)}: {' '.join(found.group(2).split())}"
+
+
+def figure(html: str, name: str) -> tuple[str, str]:
+    """A `data-figure` amount as (shown, exact): the rounded text and its `title`."""
+    found = re.search(rf'data-figure="{name}"><span class="amount[^"]*" title="([^"]*)">([^<]*)</span>', html)
+    assert found, f"no figure {name!r} on the page"
+    return found.group(2), found.group(1)
+
+
+def cells(html: str, css: str) -> list[tuple[str, str]]:
+    """Every amount in `<td class="{css}">` as (shown, exact), in page order."""
+    pattern = rf'<td class="{css}"><span class="amount[^"]*" title="([^"]*)">([^<]*)</span></td>'
+    return [(shown, exact) for exact, shown in re.findall(pattern, html)]

@@ -28,7 +28,7 @@ from tests.conftest import (
     publish,
     simple_document,
 )
-from tests.console.helpers import hidden, login, notice
+from tests.console.helpers import cells, figure, hidden, login, notice
 
 
 @pytest.fixture
@@ -139,9 +139,9 @@ def test_viewer_sees_the_account_but_cannot_move_money(web: TestClient[Any], mak
     login(web, VIEWER)
     page = web.get(f"/console/accounts/{account_id}")
     assert page.status_code == 200
-    assert 'data-figure="balance">7.5 USD<' in page.text
-    assert "/deposits" not in page.text
-    assert "deposits and adjustments need finance" in page.text
+    assert figure(page.text, "balance") == ("7.50 USD", "7.5 USD")
+    assert "/deposits" not in page.text and "/grants" not in page.text
+    assert "deposits, adjustments and grants need finance" in page.text
     r = web.post(
         f"/console/accounts/{account_id}/deposits",
         data={
@@ -331,8 +331,12 @@ def test_statement_shows_running_balance_and_csv_adds_up(
     page = web.get(f"/console/accounts/{account_id}/statement")
     assert page.status_code == 200
     assert f"/console/accounts/{account_id}/statement.csv" in page.text
-    for running in ("100", "99.999999999999", "102.499999999999"):
-        assert f'<td class="num strong">{running}</td>' in page.text
+    # newest first, rounded for reading, exact in the title
+    assert cells(page.text, "num strong") == [
+        ("102.50", "102.499999999999"),
+        ("100.00", "99.999999999999"),
+        ("100.00", "100"),
+    ]
     r = web.get(f"/console/accounts/{account_id}/statement.csv")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/csv")
@@ -376,13 +380,13 @@ def test_read_pages_show_holds_runs_integrity_and_price_diff(
     login(web, VIEWER)
 
     page = web.get(f"/console/accounts/{account_id}").text
-    assert hold["id"][:8] in page
-    assert 'data-figure="held">0.0035<' in page
-    assert 'data-figure="available">0.9965<' in page
+    assert f'href="/console/holds/{hold["id"]}" title="{hold["id"]}"' in page
+    assert figure(page, "held") == ("0.0035", "0.0035")
+    assert figure(page, "available") == ("1.00", "0.9965")
     page = web.get("/console/holds", params={"state": "open", "account_id": account_id}).text
-    assert hold["id"][:8] in page and f"{hold['amount']} {currency}" in page
+    assert f'href="/console/holds/{hold["id"]}"' in page and f'title="{hold["amount"]} {currency}"' in page
     page = web.get("/console/holds", params={"state": "settled", "account_id": account_id}).text
-    assert hold["id"][:8] not in page
+    assert hold["id"] not in page
     assert web.get("/console/holds", params={"state": "bogus"}).status_code == 422
 
     page = web.get("/console/reconciliation").text
