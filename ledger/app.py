@@ -23,6 +23,7 @@ from ledger.alerts.controller import AdminAlertController
 from ledger.alerts.service import AlertService
 from ledger.budgets.controller import AdminBudgetController
 from ledger.budgets.service import BudgetService
+from ledger.console.headers import console_headers
 from ledger.db import make_engine
 from ledger.errors import TooManyRequests
 from ledger.grants.controller import AdminGrantController
@@ -148,6 +149,8 @@ def create_app(
     if settings.fast_lane:
         # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane).
         app.asgi_handler = FastLane(app, app.asgi_handler)
+    # Outside the router, so that its own 404 and 405 under /console carry the headers too.
+    app.asgi_handler = console_headers(app.asgi_handler)
     # Built once here (not on the first /schema request) so that a shape that no longer
     # matches the handlers fails at start, and the document is served already complete.
     finish(app.openapi_schema)

@@ -33,7 +33,6 @@ from ledger.accounts.service import account_view
 from ledger.console import repository
 from ledger.console.auth import checked_form, console_guard
 from ledger.console.chart import bar_chart
-from ledger.console.headers import console_headers
 from ledger.console.rendering import (
     HANDLERS,
     PAGE,
@@ -118,7 +117,6 @@ class AccountPages(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
-    middleware = [console_headers]
     opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/accounts")

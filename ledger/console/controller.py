@@ -19,7 +19,6 @@ from litestar.response import Redirect, Template
 
 from ledger.console import sessions
 from ledger.console.auth import console_guard, keys_of, safe_next
-from ledger.console.headers import console_headers
 from ledger.console.rendering import HANDLERS, PAGE, page, prices_of
 from ledger.console.session import (
     COOKIE_PATH,
@@ -75,7 +74,6 @@ class ConsoleLoginController(Controller):
     path = "/console"
     include_in_schema = False
     exception_handlers = HANDLERS
-    middleware = [console_headers]
     opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/login")
@@ -146,7 +144,6 @@ class ConsoleController(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
-    middleware = [console_headers]
     opt = {"body": "form"}  # HTML forms: the admission check takes form bodies here
 
     @get("/")

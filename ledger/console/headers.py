@@ -1,9 +1,9 @@
 """The headers every console response carries: no framing, no inline script, no caching.
 
 The pages have no inline script, style or event handler, so the policy allows only
-the console's own stylesheet. Applied as middleware on the console's controllers, so
-that error pages and redirects carry the headers too. A response that already set
-`Cache-Control` (the stylesheet) keeps its own.
+the console's own stylesheet. Wrapped around the application's handler for every path under
+`/console`, so that error pages, redirects and the router's own 404 and 405 answers carry
+the headers too. A response that already set `Cache-Control` (the stylesheet) keeps its own.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ _CACHE = b"cache-control"
 
 def console_headers(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if not scope.get("path", "").startswith("/console"):
+            await app(scope, receive, send)
+            return
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 raw: list[Any] = list(message.get("headers") or [])

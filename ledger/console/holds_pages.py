@@ -18,7 +18,6 @@ from litestar.response import Template
 
 from ledger.console import repository
 from ledger.console.auth import console_guard
-from ledger.console.headers import console_headers
 from ledger.console.rendering import HANDLERS, PAGE, holds_of, page
 from ledger.db import read_only
 from ledger.errors import ValidationFailed
@@ -50,7 +49,6 @@ class HoldPages(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
-    middleware = [console_headers]
     opt = {"body": "form"}
 
     @get("/holds")

@@ -25,7 +25,8 @@ from ledger.errors import LedgerError, ValidationFailed
 from ledger.grants.service import GrantService
 from ledger.holds.service import HoldService
 from ledger.http.auth import Principal
-from ledger.http.errors import translate
+from ledger.http.errors import handle_exception, translate
+from ledger.http.middleware import CLIENT_GONE
 from ledger.prices.service import PriceService
 from ledger.reports.service import ReportService
 
@@ -40,6 +41,8 @@ ToDay = Annotated[str | None, Parameter(query="to", default=None, max_length=10)
 def error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if isinstance(exc, LoginRequired):
         return Redirect(login_url(exc.target), status_code=303)
+    if request.scope["state"].get(CLIENT_GONE):  # hung up mid-body: 499 at info, as on the API
+        return handle_exception(request, exc)
     error = translate(exc)
     if error.status >= 500:
         log.error("console.failed", code=error.code, path=request.url.path, exc_info=exc)

@@ -18,7 +18,6 @@ from litestar.response import Template
 
 from ledger.console.auth import console_guard
 from ledger.console.chart import bar_chart
-from ledger.console.headers import console_headers
 from ledger.console.rendering import HANDLERS, FromDay, ToDay, page, period, reports_of
 from ledger.reports.service import revenue_csv
 
@@ -37,7 +36,6 @@ class RevenuePages(Controller):
     guards = [console_guard]
     include_in_schema = False
     exception_handlers = HANDLERS
-    middleware = [console_headers]
     opt = {"body": "form"}
 
     @get("/revenue")

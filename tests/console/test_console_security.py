@@ -60,6 +60,10 @@ def test_every_console_response_carries_the_security_headers(web: TestClient[Any
     assert_hardened(page)
     assert_hardened(web.get("/console/accounts/no-such-account"))  # error page
     assert_hardened(web.get("/console/static/console.css"), cache="max-age=3600")
+    # the router's own answers under /console (found in review: JSON without the headers)
+    assert_hardened(web.get("/console/no-such-page"))
+    assert_hardened(web.put("/console/login"))
+    assert "content-security-policy" not in web.get("/healthz").headers  # the API is not the console
     # the pages have nothing the policy would block: no inline script, handler or style
     for text in (page.text, web.get("/console/login").text):
         assert "<script" not in text and "<style" not in text

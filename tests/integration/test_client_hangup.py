@@ -25,8 +25,9 @@ HANG_UPS = [
     ("/v1/holds", GATEWAY),  # fast lane
     ("/v1/holds/01a24fb1-2bbd-7ae5-81bb-027d406589d7/settle", GATEWAY),  # fast lane
     ("/admin/v1/accounts", ADMIN),  # Litestar's routing
+    ("/console/login", ADMIN),  # the console's own error pages (found in review: a 500 there)
 ]
-ROUTES = {"/v1/holds", "/v1/holds/{hold_id}/settle", "/admin/v1/accounts"}
+ROUTES = {"/v1/holds", "/v1/holds/{hold_id}/settle", "/admin/v1/accounts", "/console/login"}
 _COUNT = re.compile(
     r'^ledger_http_requests_total\{method="POST",route="([^"]+)",status="(\d+)"\} (\S+)$', re.M
 )
