@@ -301,9 +301,21 @@ class Formation:
         self._wait(lambda: self._settled(len(self.nodes)), deadline, "a secondary")
         return next(self.node(r["name"]) for r in self.state() if r["reported"] == "secondary")
 
-    def switchover(self) -> None:
-        """A planned switchover (`pg_autoctl perform switchover`, which waits for it to finish)."""
-        self._autoctl("perform", "switchover", "--pgdata", str(self.monitor.pgdata), timeout=120)
+    def switchover(self, timeout: float = 60) -> None:
+        """A planned switchover (`pg_autoctl perform switchover`, which waits for it to finish).
+
+        The monitor refuses one while no node holds the primary state (a node that has just
+        restarted is still being re-admitted): wait for a settled pair and ask again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._autoctl("perform", "switchover", "--pgdata", str(self.monitor.pgdata), timeout=120)
+                return
+            except FormationError as error:
+                if "couldn't find the primary node" not in str(error) or time.monotonic() > deadline:
+                    raise
+            self.wait_secondary()
+            time.sleep(0.5)
 
     def kill_primary(self) -> Node:
         """SIGKILL the current primary's keeper, its services and its postmaster; that node."""
