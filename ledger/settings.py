@@ -136,6 +136,9 @@ class Settings:
     # The gateway's reserve, settle and release served ahead of the framework
     # (ledger.http.fastlane); off: every request goes through Litestar's routing.
     fast_lane: bool = True
+    # GET /metrics reads the ledger-level figures (ledger.figures) at most once per this many
+    # seconds per process; scrapes in between get the last read. 0: read at every scrape.
+    metrics_cache_seconds: int = 1
 
     @property
     def embedded(self) -> bool:
@@ -300,4 +303,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         webhook_allow_http=_flag(env, "LEDGER_WEBHOOK_ALLOW_HTTP", False),
         webhook_allowed_networks=_networks(env, "LEDGER_WEBHOOK_ALLOWED_NETWORKS"),
         fast_lane=_flag(env, "LEDGER_FAST_LANE", True),
+        metrics_cache_seconds=_int(env, "LEDGER_METRICS_CACHE_SECONDS", 1, minimum=0),
     )
