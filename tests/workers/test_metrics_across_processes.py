@@ -126,8 +126,9 @@ def test_a_worker_processes_reconciliation_shows_in_the_apis_metrics(
 
     # Every ledger-level figure is what the database says, whichever process wrote it.
     with psycopg.connect(database) as conn:
-        journal = dict(conn.execute("SELECT kind, count(*) FROM journal_transactions GROUP BY kind").fetchall())
-        runs = dict(conn.execute("SELECT status, count(*) FROM reconciliation_runs GROUP BY status").fetchall())
+        count = "SELECT {0}, count(*) FROM {1} GROUP BY {0}"
+        journal = dict(conn.execute(count.format("kind", "journal_transactions")).fetchall())
+        runs = dict(conn.execute(count.format("status", "reconciliation_runs")).fetchall())
         states = dict(
             conn.execute(
                 "SELECT state, count(*) FROM holds WHERE state IN ('open', 'interrupted') GROUP BY state"
