@@ -62,6 +62,7 @@ def test_a_worker_processes_reconciliation_shows_in_the_apis_metrics(
     from workers.broker import forget_broker, setup_broker
 
     before = scrape(client)
+    revenue_before = sample(before, "ledger_revenue_total", currency=currency)
     settled_before = sample(before, "ledger_reconciled_holds_total", currency=currency, action="settled")
     released_before = sample(before, "ledger_reconciled_holds_total", currency=currency, action="released")
     charged_before = sample(before, "ledger_reconciled_amount_total", currency=currency, action="charged")
@@ -123,6 +124,9 @@ def test_a_worker_processes_reconciliation_shows_in_the_apis_metrics(
     assert sample(after, amounts, currency=currency, action="released") == (
         returned_before or zero
     ) + 2 * Decimal(RESERVED) - Decimal(SMALL_CHARGE)
+    assert sample(after, "ledger_revenue_total", currency=currency) == (revenue_before or zero) + Decimal(
+        SMALL_CHARGE
+    )
 
     # Every ledger-level figure is what the database says, whichever process wrote it.
     with psycopg.connect(database) as conn:

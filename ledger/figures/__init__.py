@@ -12,8 +12,10 @@ Invariants:
   `Decimal` and written into the exposition text with `format(amount, "f")` (as
   `ledger.metrics.AmountHeld` does). Counts are integers.
 - Every family is a sum over append-only or never-deleted rows (journal transactions
-  and entries, finished reconciliation runs, alert deliveries), so the counters only
-  grow. `ledger_alert_events` is a gauge (an event moves from pending to a final state).
+  and entries, reconciliation runs, alert deliveries), so the counters only grow. The
+  journal's totals are kept incrementally per process (`ledger.figures.journal`), so a
+  read costs what was written since the last reads, not the size of the journal.
+  `ledger_alert_events` is a gauge (an event moves from pending to a final state).
 - One read is one REPEATABLE READ transaction: the families agree with each other.
 - `FigureCache` answers a scrape from the last read while it is younger than
   LEDGER_METRICS_CACHE_SECONDS, and concurrent scrapes of one process share one read, so
@@ -27,36 +29,13 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-_JOURNAL_COUNTS = text("SELECT kind, count(*) AS n FROM journal_transactions GROUP BY kind")
-# Gross amount of each kind: the sum of its transactions' positive entries, per currency.
-_JOURNAL_AMOUNTS = text(
-    """
-    SELECT t.kind, e.currency, sum(e.amount) AS amount
-      FROM journal_entries e JOIN journal_transactions t ON t.id = e.transaction_id
-     WHERE e.amount > 0
-     GROUP BY t.kind, e.currency
-    """
-)
-# Revenue: what the revenue shards were credited (their entries, served by the
-# (account_id, transaction_id) index), net of refunds, as a positive amount.
-_REVENUE = text(
-    """
-    SELECT currency, -sum(amount) AS amount FROM journal_entries
-     WHERE account_id LIKE 'system:revenue:%' GROUP BY currency
-    """
-)
-_GRANTS_EXPIRED = text(
-    """
-    SELECT e.currency, count(DISTINCT t.id) AS n, sum(e.amount) AS amount
-      FROM journal_transactions t JOIN journal_entries e ON e.transaction_id = t.id
-     WHERE t.kind = 'grant_expiry' AND e.amount > 0
-     GROUP BY e.currency
-    """
-)
+from ledger.figures.journal import JournalTally, Totals
+
 _RUNS = text(
     """
     SELECT status, count(*) AS n, coalesce(sum(jsonb_array_length(errors)), 0) AS errors
@@ -179,12 +158,27 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-async def read(conn: AsyncConnection) -> Figures:
+def _journal(totals: Totals) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    revenue: dict[str, Decimal] = {}
+    expired: dict[str, tuple[int, Decimal]] = {}
+    for (kind, currency), t in totals.items():
+        counts[kind] = counts.get(kind, 0) + t.transactions
+        if t.revenue:
+            revenue[currency] = revenue.get(currency, Decimal(0)) + t.revenue
+        if kind == "grant_expiry":
+            expired[currency] = (t.transactions, t.gross)
+    return {
+        "journal_counts": counts,
+        "journal_amounts": {key: t.gross for key, t in totals.items()},
+        "revenue": revenue,
+        "grants_expired": expired,
+    }
+
+
+async def read(conn: AsyncConnection, tally: JournalTally) -> Figures:
     """Every family from one snapshot (the caller's transaction; see `read_figures`)."""
-    counts = {r.kind: int(r.n) for r in await conn.execute(_JOURNAL_COUNTS)}
-    amounts = {(r.kind, r.currency.strip()): Decimal(r.amount) for r in await conn.execute(_JOURNAL_AMOUNTS)}
-    revenue = {r.currency.strip(): Decimal(r.amount) for r in await conn.execute(_REVENUE)}
-    expired = {r.currency.strip(): (int(r.n), Decimal(r.amount)) for r in await conn.execute(_GRANTS_EXPIRED)}
+    journal = _journal(await tally.read(conn))
     runs = list(await conn.execute(_RUNS))
     reconciled = {
         r.currency: (int(r.settled), int(r.released), Decimal(r.charged_amount), Decimal(r.released_amount))
@@ -195,10 +189,7 @@ async def read(conn: AsyncConnection) -> Figures:
         ("delivered" if r.delivered else "failed"): int(r.n) for r in await conn.execute(_ALERT_ATTEMPTS)
     }
     return Figures(
-        journal_counts=counts,
-        journal_amounts=amounts,
-        revenue=revenue,
-        grants_expired=expired,
+        **journal,
         runs={r.status: int(r.n) for r in runs},
         run_errors=sum(int(r.errors) for r in runs),
         reconciled=reconciled,
@@ -207,11 +198,12 @@ async def read(conn: AsyncConnection) -> Figures:
     )
 
 
-async def read_figures(engine: AsyncEngine) -> Figures:
+async def read_figures(engine: AsyncEngine, tally: JournalTally | None = None) -> Figures:
+    """One read in one REPEATABLE READ snapshot; `tally` keeps the journal's totals between reads."""
     async with engine.connect() as conn:
         await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         try:
-            return await read(conn)
+            return await read(conn, tally if tally is not None else JournalTally())
         finally:
             await conn.rollback()
 
@@ -228,6 +220,7 @@ class FigureCache:
         self._figures: Figures | None = None
         self._read_at = float("-inf")
         self._lock: asyncio.Lock | None = None
+        self.tally = JournalTally()
         self.reads = 0
 
     async def get(self, engine: AsyncEngine) -> Figures:
@@ -235,7 +228,7 @@ class FigureCache:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._figures is None or time.monotonic() - self._read_at >= self.ttl:
-                self._figures = await read_figures(engine)
+                self._figures = await read_figures(engine, self.tally)
                 self._read_at = time.monotonic()
                 self.reads += 1
             return self._figures
