@@ -140,6 +140,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # uvicorn's lines go through ledger.logging's formatter
             access_log=False,
             http=LedgerHttpProtocol,
             timeout_graceful_shutdown=settings.shutdown_grace_seconds,
@@ -157,6 +158,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
         host=host,
         port=port,
         log_level="warning",
+        log_config=None,  # uvicorn's lines go through ledger.logging's formatter
         access_log=False,
         http=LedgerHttpProtocol,
         # Without a bound uvicorn waits for every open request on SIGTERM, so one slow
@@ -258,10 +260,15 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     from dramatiq import cli as dramatiq_cli
 
+    from ledger.logging import configure_logging
     from workers.broker import QUEUE
 
+    # Dramatiq's own lines (this process's and its workers') through the ledger's formatter:
+    # configured here, and `--skip-logging` keeps Dramatiq from adding its bracketed format.
+    configure_logging(settings.log_format, settings.log_level)
     argv = [
         "workers.process:boot",
+        "--skip-logging",
         "--processes",
         str(args.processes),
         "--threads",
