@@ -120,3 +120,28 @@ def test_a_gateway_trace_continues_into_the_ledger(
     assert statements and all(s.parent_span_id in by_id for s in statements)  # under the request's spans
     # No span of ours leaked into another trace (every request span continued the caller's).
     assert not [s for s in receiver.spans() if s.trace_id.hex() != trace_id and s.name.startswith("POST /v1")]
+
+
+def test_without_the_endpoint_nothing_of_opentelemetry_is_loaded(database: str, sa_url: str) -> None:
+    """The service runs without the `otel` extra; asked to trace without it, it refuses to start."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+sys.modules["opentelemetry"] = None  # as if the extra were not installed: any import of it fails
+from ledger.app import create_app
+from ledger.settings import load_settings
+from ledger.tracing import TracingUnavailable
+env = {dict(TEST_ENV, LEDGER_DATABASE_URL=database)!r}
+app = create_app(load_settings(env), {sa_url!r})
+assert app.asgi_handler.__class__.__name__ == "FastLane"
+assert not [m for m in sys.modules if m.startswith("opentelemetry.")], "imported"
+try:
+    create_app(load_settings(dict(env, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:1")), {sa_url!r})
+except TracingUnavailable as error:
+    print("refused:", error)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed" in out.stdout
