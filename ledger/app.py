@@ -3,7 +3,8 @@
 `create_app(settings, database_url)` wires the engine (and, with
 LEDGER_READ_DATABASE_URL, a second one for the admin surface's lists and histories),
 the replication watch (`ledger.replication`), services, auth registry, error handling,
-request context and OpenAPI. Background jobs are not started
+request context and OpenAPI, and (only with OTEL_EXPORTER_OTLP_ENDPOINT set) tracing
+(`ledger.tracing`). Background jobs are not started
 here: `ledger.cli serve` decides whether they run in-process (embedded mode).
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from litestar import Litestar
 
-from ledger import __version__, console
+from ledger import __version__, console, tracing
 from ledger.accounts.controller import AdminAccountController, GatewayAccountController
 from ledger.accounts.service import AccountService
 from ledger.alerts.controller import AdminAlertController
@@ -124,6 +125,7 @@ def create_app(
             await engine.dispose()
             if reads is not engine:
                 await reads.dispose()
+            tracing.stop()
 
     app = Litestar(
         route_handlers=[*CONTROLLERS, assets_router()],
@@ -143,11 +145,13 @@ def create_app(
             "the API and billing rules are described in docs/api.md.",
         ),
         template_config=console.template_config(),
+        plugins=tracing.plugins(settings),  # none unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         debug=False,
     )
     app.state[ALLOWED] = allowed_methods(app)
-    if settings.fast_lane:
-        # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane).
+    if settings.fast_lane and not tracing.enabled(settings):
+        # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane);
+        # with tracing on they go through the router, so that the plugin traces them too.
         app.asgi_handler = FastLane(app, app.asgi_handler)
     # Outside the router, so that its own 404 and 405 under /console carry the headers too.
     app.asgi_handler = console_headers(app.asgi_handler)

@@ -140,6 +140,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # uvicorn's lines go through ledger.logging's formatter
             access_log=False,
             http=LedgerHttpProtocol,
             # The client address is the socket peer: only LEDGER_TRUSTED_PROXIES may name
@@ -160,6 +161,7 @@ def _serve(settings: Settings, args: argparse.Namespace, workers: int) -> int:
         host=host,
         port=port,
         log_level="warning",
+        log_config=None,  # uvicorn's lines go through ledger.logging's formatter
         access_log=False,
         http=LedgerHttpProtocol,
         proxy_headers=False,  # the client is the socket peer unless LEDGER_TRUSTED_PROXIES says otherwise
@@ -262,10 +264,15 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     from dramatiq import cli as dramatiq_cli
 
+    from ledger.logging import configure_logging
     from workers.broker import QUEUE
 
+    # Dramatiq's own lines (this process's and its workers') through the ledger's formatter:
+    # configured here, and `--skip-logging` keeps Dramatiq from adding its bracketed format.
+    configure_logging(settings.log_format, settings.log_level)
     argv = [
         "workers.process:boot",
+        "--skip-logging",
         "--processes",
         str(args.processes),
         "--threads",

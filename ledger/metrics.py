@@ -16,6 +16,11 @@
 - Job outcomes come from the `job_runs` table (see `JobRunsCollector`), so the jobs
   that ran in `ledger worker` processes are exported by the API, exactly once per
   recorded run, however many processes serve.
+- Ledger-level figures (journal transactions and amounts by kind, revenue, reconciliations,
+  expired grants, alert deliveries) are read from the database at scrape time
+  (`ledger.figures`, kept here as text in `FIGURES`): the same from every process.
+  What stays per process: HTTP requests and latency, batch sizes, the fast lane, auth
+  failures, job events, `ledger_process_journal_transactions_total` (this process's writes).
 """
 
 from __future__ import annotations
@@ -61,8 +66,13 @@ LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,
 )
+# Per process: what this process wrote. The ledger-wide `ledger_journal_transactions_total`
+# (every process's writes, the reconciler's included) is read from the journal (ledger.figures).
 MONEY_MOVEMENTS = Counter(
-    "ledger_journal_transactions_total", "Journal transactions written, by kind", ["kind"], registry=REGISTRY
+    "ledger_process_journal_transactions",
+    "Journal transactions written by this process, by kind (ledger-wide: ledger_journal_transactions_total)",
+    ["kind"],
+    registry=REGISTRY,
 )
 HOLD_BATCH_SIZE = Histogram(
     "ledger_hold_batch_operations",
@@ -144,6 +154,22 @@ class AmountHeld:
 
 
 AMOUNT_HELD = AmountHeld()
+
+
+class FiguresText:
+    """The ledger-level families (`ledger.figures`) of the last scrape, as exact exposition text."""
+
+    def __init__(self) -> None:
+        self._text = b""
+
+    def set(self, rendered: bytes) -> None:
+        self._text = rendered
+
+    def text(self) -> bytes:
+        return self._text
+
+
+FIGURES = FiguresText()
 RECONCILE_LAG = Gauge(
     "ledger_reconciliation_lag_seconds",
     "How long the most overdue hold has been eligible for reconciliation",
@@ -275,7 +301,7 @@ def _constant(pid: int) -> Callable[[], int]:
 def render() -> bytes:
     folder = multiprocess_dir()
     if folder is None:
-        return generate_latest(REGISTRY) + AMOUNT_HELD.text()
+        return generate_latest(REGISTRY) + AMOUNT_HELD.text() + FIGURES.text()
     from prometheus_client import multiprocess
 
     registry = CollectorRegistry()
@@ -283,7 +309,7 @@ def render() -> bytes:
     registry.register(JOB_RUNS)
     registry.register(WorkerProcessesCollector(folder))
     registry.register(PLATFORM_COLLECTOR)
-    return generate_latest(registry) + AMOUNT_HELD.text()
+    return generate_latest(registry) + AMOUNT_HELD.text() + FIGURES.text()
 
 
 def mark_process_dead() -> None:

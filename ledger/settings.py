@@ -136,6 +136,12 @@ class Settings:
     # The gateway's reserve, settle and release served ahead of the framework
     # (ledger.http.fastlane); off: every request goes through Litestar's routing.
     fast_lane: bool = True
+    # GET /metrics reads the ledger-level figures (ledger.figures) at most once per this many
+    # seconds per process; scrapes in between get the last read. 0: read at every scrape.
+    metrics_cache_seconds: int = 1
+    # OpenTelemetry's standard OTEL_EXPORTER_OTLP_ENDPOINT: when set, the HTTP service
+    # exports traces there over OTLP/HTTP (ledger.tracing; needs the `otel` extra).
+    otel_endpoint: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -300,4 +306,6 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         webhook_allow_http=_flag(env, "LEDGER_WEBHOOK_ALLOW_HTTP", False),
         webhook_allowed_networks=_networks(env, "LEDGER_WEBHOOK_ALLOWED_NETWORKS"),
         fast_lane=_flag(env, "LEDGER_FAST_LANE", True),
+        metrics_cache_seconds=_int(env, "LEDGER_METRICS_CACHE_SECONDS", 1, minimum=0),
+        otel_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
     )

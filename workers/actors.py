@@ -22,7 +22,8 @@ redelivered message is harmless:
   every few seconds for nothing).
 
 A job whose previous execution still runs (anywhere: its advisory lock is held)
-skips instead of overlapping it.
+skips instead of overlapping it. A pass that did nothing (`did_something`) logs
+`job.finished` at debug; one that did something, or failed, logs it at info with its summary.
 """
 
 from __future__ import annotations
@@ -99,8 +100,31 @@ def run_job(ctx: JobContext, job: str, body: Body, *, record_idle: bool = True) 
         if not idle:
             _record(ctx, job, started, ok=ok, summary=summary)
         _refresh_gauges(ctx)
-        (bound.debug if idle else bound.info)("job.finished", ok=ok)
+        if ok and not did_something(job, summary):
+            bound.debug("job.finished", ok=ok, summary=summary)
+        elif job == "check_integrity":  # its report can be long; a mismatch is logged at ERROR
+            bound.info("job.finished", ok=ok)
+        else:
+            bound.info("job.finished", ok=ok, summary=summary)
         return {"job": job, "skipped": False, "ok": ok, "summary": summary}
+
+
+def did_something(job: str, summary: dict[str, Any]) -> bool:
+    """Whether a pass changed or found anything worth a line at info (else it logs at debug).
+
+    An empty reconcile (nothing settled, released, skipped or failed), grant expiry (nothing
+    expired or skipped), alert delivery (nothing attempted) or price refresh (sources
+    unchanged) is routine every few seconds; an integrity check always reports.
+    """
+    if job == "reconcile":
+        return any(summary.get(key) for key in ("settled", "released", "skipped", "errors"))
+    if job == "expire_grants":
+        return bool(summary.get("expired") or summary.get("skipped"))
+    if job == "deliver_alerts":
+        return not summary.get("idle")
+    if job == "refresh_prices":
+        return summary.get("outcome") != "unchanged"
+    return True
 
 
 def _record(ctx: JobContext, job: str, started: datetime, *, ok: bool, summary: dict[str, Any]) -> None:

@@ -121,8 +121,12 @@ class HealthController(Controller):
         responses=refusals(503, notes={503: "`database_unavailable`: the gauges cannot be read"}),
     )
     async def metrics(self, request: Request[Any, Any, Any]) -> bytes:
-        grace = request.app.state.settings.reconcile_grace_seconds
-        await gauges.refresh_for_scrape(engine_of(request), grace=grace)
+        settings = request.app.state.settings
+        await gauges.refresh_for_scrape(
+            engine_of(request),
+            grace=settings.reconcile_grace_seconds,
+            cache_seconds=settings.metrics_cache_seconds,
+        )
         return render()
 
 

@@ -8,7 +8,10 @@ while none is recorded) and the job run totals from `job_runs`:
   interrupted holds;
 - `ledger_amount_held{currency}`: the sum of unresolved holds' amounts;
 - `ledger_reconciliation_lag_seconds`: how long the most overdue eligible hold has
-  been eligible (0 when none is).
+  been eligible (0 when none is);
+- at scrape time only, the ledger-level figures of `ledger.figures` (journal, revenue,
+  reconciliations, grants, alerts), through a per-engine `FigureCache`: one read per
+  process per LEDGER_METRICS_CACHE_SECONDS however often it is scraped.
 
 Prometheus samples are float64 by definition; the amounts are exported for
 dashboards only and are computed exactly (numeric in SQL) before that conversion.
@@ -16,6 +19,7 @@ dashboards only and are computed exactly (numeric in SQL) before that conversion
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -24,9 +28,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledger.db import read_only
 from ledger.errors import DatabaseUnavailable
+from ledger.figures import FigureCache
 from ledger.jobs import repository as job_runs
 from ledger.metrics import (
     AMOUNT_HELD,
+    FIGURES,
     HOLDS_OLDEST_AGE,
     HOLDS_OPEN,
     JOB_RUNS,
@@ -40,6 +46,15 @@ log = structlog.get_logger(__name__)
 
 STATES = ("open", "interrupted")
 _seen_currencies: set[str] = set()
+_caches: weakref.WeakKeyDictionary[AsyncEngine, FigureCache] = weakref.WeakKeyDictionary()
+
+
+def figure_cache(engine: AsyncEngine, ttl: float) -> FigureCache:
+    """The engine's cache (one per serving process and engine, so one per event loop)."""
+    cache = _caches.get(engine)
+    if cache is None or cache.ttl != ttl:
+        cache = _caches[engine] = FigureCache(ttl)
+    return cache
 
 
 @dataclass(frozen=True)
@@ -80,11 +95,13 @@ def publish(gauges: HoldGauges) -> None:
     RECONCILE_LAG.set(_sample(gauges.lag_seconds))
 
 
-async def refresh_for_scrape(engine: AsyncEngine, *, grace: int) -> None:
-    """Before GET /metrics renders: the hold gauges, and `ledger_integrity_ok` from the last
-    recorded integrity job (which may have run in another process). Never fails the scrape."""
+async def refresh_for_scrape(engine: AsyncEngine, *, grace: int, cache_seconds: float = 1.0) -> None:
+    """Before GET /metrics renders: the hold gauges, the ledger-level figures, and
+    `ledger_integrity_ok` from the last recorded integrity job (which may have run in
+    another process). Never fails the scrape."""
     try:
         await refresh(engine, grace=grace)
+        FIGURES.set((await figure_cache(engine, cache_seconds).get(engine)).text())
         async with read_only(engine) as conn:
             last = await job_runs.latest(conn, "check_integrity")
             totals = await job_runs.totals(conn)

@@ -211,7 +211,8 @@ class ReconciliationService:
             bound.error("reconcile.failed", error=str(error))
             raise
         summary = await self._finish(run_id, "succeeded", tally, actor)
-        bound.info(
+        busy = summary["settled"] or summary["released"] or summary["skipped"] or summary["errors"]
+        (bound.info if busy else bound.debug)(  # an empty pass every few seconds is routine
             "reconcile.finished",
             settled=summary["settled"],
             released=summary["released"],
