@@ -43,4 +43,5 @@ def console_headers(app: ASGIApp) -> ASGIApp:
 
         await app(scope, receive, send_with_headers)
 
+    middleware.__wrapped__ = app  # type: ignore[attr-defined]  # what it wraps, for inspection
     return middleware

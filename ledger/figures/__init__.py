@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -218,7 +219,7 @@ class FigureCache:
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self._figures: Figures | None = None
-        self._read_at = float("-inf")
+        self._read_at = -math.inf  # monotonic seconds of the last read: never yet
         self._lock: asyncio.Lock | None = None
         self.tally = JournalTally()
         self.reads = 0

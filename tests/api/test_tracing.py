@@ -135,7 +135,7 @@ from ledger.settings import load_settings
 from ledger.tracing import TracingUnavailable
 env = {dict(TEST_ENV, LEDGER_DATABASE_URL=database)!r}
 app = create_app(load_settings(env), {sa_url!r})
-assert app.asgi_handler.__class__.__name__ == "FastLane"
+assert app.asgi_handler.__wrapped__.__class__.__name__ == "FastLane"  # inside the console headers
 assert not [m for m in sys.modules if m.startswith("opentelemetry.")], "imported"
 try:
     create_app(load_settings(dict(env, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:1")), {sa_url!r})
