@@ -281,3 +281,17 @@ def test_fifty_parallel_requests_on_a_wallet_for_ten_never_overspend(priced: Led
     assert after == {"balance": deposit - expected, "held": Decimal(0), "available": deposit - expected}
     assert after["balance"] >= 0
     assert priced.integrity_ok()
+
+
+def test_a_responses_api_answer_settles_through_the_responses_adapter(priced: Ledger, proxy: Proxy) -> None:
+    account = priced.account("1")
+    raw = sdk(proxy).responses.with_raw_response.create(
+        model="mock-chat", input="hello", max_output_tokens=100, extra_body=billed(account)
+    )
+    response = raw.parse()
+    assert response.usage is not None
+    usage = {"prompt_tokens": response.usage.input_tokens, "completion_tokens": response.usage.output_tokens}
+    hold = get_hold(priced, raw.headers["x-ledger-hold-id"])
+    assert hold["state"] == "settled" and hold["reservation"]["output_allowance"] == 100
+    assert hold["usage"]["prompt_tokens"] == response.usage.input_tokens
+    assert Decimal(hold["charge"]["amount"]) == charge_of(usage)
