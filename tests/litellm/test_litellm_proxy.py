@@ -295,3 +295,48 @@ def test_a_responses_api_answer_settles_through_the_responses_adapter(priced: Le
     assert hold["state"] == "settled" and hold["reservation"]["output_allowance"] == 100
     assert hold["usage"]["prompt_tokens"] == response.usage.input_tokens
     assert Decimal(hold["charge"]["amount"]) == charge_of(usage)
+
+
+def test_a_call_id_is_billed_once_however_often_a_client_sends_it(priced: Ledger, proxy: Proxy) -> None:
+    account = priced.account("1")
+    call_id = f"client-chosen-{account}"
+
+    async def one(client: openai.AsyncOpenAI, after: float) -> int:
+        await asyncio.sleep(after)
+        try:
+            await client.chat.completions.create(
+                model="mock-slow",
+                messages=MESSAGES,
+                max_tokens=100,
+                extra_body=billed(account),
+                extra_headers={"x-litellm-call-id": call_id},
+            )
+        except openai.APIStatusError as error:
+            return error.status_code
+        return 200
+
+    async def run() -> list[int]:
+        client = openai.AsyncOpenAI(
+            base_url=proxy.base + "/v1", api_key=MASTER_KEY, max_retries=0, timeout=60
+        )
+        async with client:
+            return await asyncio.gather(one(client, 0), one(client, 0.5))
+
+    # The second comes while the first waits on the model (2 s): it is refused, and its
+    # failure does not release the first's hold.
+    assert sorted(asyncio.run(run())) == [200, 409]
+    (hold,) = holds_of(priced, account)
+    assert hold["idempotency_key"] == call_id and hold["state"] == "settled"
+    charged = Decimal(hold["charge"]["amount"])
+    # Later: the call id was billed, so it is refused rather than served on the settled hold.
+    with pytest.raises(openai.APIStatusError) as again:
+        sdk(proxy).chat.completions.create(
+            model="mock-chat",
+            messages=MESSAGES,
+            max_tokens=100,
+            extra_body=billed(account),
+            extra_headers={"x-litellm-call-id": call_id},
+        )
+    assert again.value.status_code == 409
+    assert len(holds_of(priced, account)) == 1
+    assert balance(priced, account) == {"balance": 1 - charged, "held": Decimal(0), "available": 1 - charged}

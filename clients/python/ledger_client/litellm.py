@@ -85,6 +85,10 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
         self.settings = settings
         self._client = client
         self._pending: dict[str, _Pending] = {}
+        # Call ids being reserved now, and failure hooks still to come for requests refused
+        # as duplicates of one in flight (their failure hook must not release the first's hold).
+        self._reserving: set[str] = set()
+        self._duplicates: dict[str, int] = {}
         self._charges: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @property
@@ -104,7 +108,8 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
         call_id = _call_id(data)
         if call_id is None:
             raise HTTPException(500, {"error": {"message": "ledger: the request has no litellm_call_id"}})
-        if call_id in self._pending:
+        if call_id in self._pending or call_id in self._reserving:
+            self._duplicates[call_id] = self._duplicates.get(call_id, 0) + 1
             raise HTTPException(409, {"error": {"message": f"ledger: call {call_id} is already in flight"}})
         account_id, source = resolve_account(
             self.settings,
@@ -123,6 +128,7 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
         except ValueError as error:
             raise HTTPException(400, {"error": {"message": f"ledger: {error}"}}) from error
         alias = getattr(user_api_key_dict, "key_alias", None)
+        self._reserving.add(call_id)
         try:
             hold = await self.ledger.reserve(
                 account_id,
@@ -136,6 +142,8 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
             )
         except LedgerError as error:
             raise _refusal(error) from error
+        finally:
+            self._reserving.discard(call_id)
         if hold.state != "open":
             # The same call id was billed before (a client may send x-litellm-call-id): never
             # serve a second answer on a hold that is already resolved.
@@ -186,6 +194,12 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
     ) -> None:
         """The call failed before any answer: release the hold in full."""
         call_id = _call_id(request_data)
+        if call_id is not None and call_id in self._duplicates:
+            # This request was refused as a duplicate: the hold belongs to the one in flight.
+            self._duplicates[call_id] -= 1
+            if self._duplicates[call_id] <= 0:
+                del self._duplicates[call_id]
+            return
         pending = self._pending.pop(call_id, None) if call_id else None
         if pending is None:
             return
