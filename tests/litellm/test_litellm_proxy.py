@@ -340,3 +340,12 @@ def test_a_call_id_is_billed_once_however_often_a_client_sends_it(priced: Ledger
     assert again.value.status_code == 409
     assert len(holds_of(priced, account)) == 1
     assert balance(priced, account) == {"balance": 1 - charged, "held": Decimal(0), "available": 1 - charged}
+
+
+def test_a_route_the_hook_does_not_bill_is_refused_not_served_free(priced: Ledger, proxy: Proxy) -> None:
+    account = priced.account("1")
+    with pytest.raises(openai.APIStatusError) as refused:
+        sdk(proxy).embeddings.create(model="mock-chat", input="hello", extra_body=billed(account))
+    assert refused.value.status_code == 403
+    assert "aembedding requests are not billed" in str(refused.value.message), refused.value.message
+    assert holds_of(priced, account) == []

@@ -7,7 +7,9 @@ without a proxy and `ledger_client.litellm` stays a thin adapter. Invariants:
   never guessed: no account is `None`, and the hook refuses the request;
 - the reservation's output allowance is the request's own limit (`max_completion_tokens`,
   `max_tokens` or `max_output_tokens`) and `n`; absent, the ledger applies the model's default;
-- usage sent to the ledger is counts only: LiteLLM's float `cost` is never copied into it.
+- usage sent to the ledger is counts only: LiteLLM's float `cost` is never copied into it;
+- only generation routes whose usage has an adapter are billed (`BILLED_CALLS`): the hook
+  refuses the others rather than let them through unbilled.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from ledger_client.usage import from_anthropic, from_openai_chat, from_openai_re
 
 # Call types (LiteLLM's route names) whose response usage is in Responses / Anthropic shape.
 RESPONSES_CALLS = frozenset({"aresponses", "responses"})
-ANTHROPIC_CALLS = frozenset({"anthropic_messages"})
+ANTHROPIC_CALLS = frozenset({"anthropic_messages", "aanthropic_messages"})
+# Every call type the hook bills; the others (embeddings, images, audio, ...) it refuses.
+BILLED_CALLS = frozenset(
+    {"acompletion", "completion", "atext_completion", "text_completion"} | RESPONSES_CALLS | ANTHROPIC_CALLS
+)
 
 
 def parse_model_map(text: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
 
 from ledger_client._litellm_config import (
+    BILLED_CALLS,
     HookSettings,
     ledger_usage,
     reserve_limits,
@@ -108,6 +109,16 @@ class LedgerBilling(CustomLogger):  # type: ignore[misc]  # litellm is untyped f
         call_id = _call_id(data)
         if call_id is None:
             raise HTTPException(500, {"error": {"message": "ledger: the request has no litellm_call_id"}})
+        if call_type not in BILLED_CALLS:
+            raise HTTPException(
+                403,
+                {
+                    "error": {
+                        "message": f"ledger: {call_type} requests are not billed here",
+                        "code": "not_billed",
+                    }
+                },
+            )
         if call_id in self._pending or call_id in self._reserving:
             self._duplicates[call_id] = self._duplicates.get(call_id, 0) + 1
             raise HTTPException(409, {"error": {"message": f"ledger: call {call_id} is already in flight"}})
