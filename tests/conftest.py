@@ -7,6 +7,7 @@ meaningful for every test.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,11 @@ from litestar.testing import TestClient
 
 from ledger.settings import load_settings, normalize_database_url
 from tests import pg
+
+# LiteLLM (imported by the LiteLLM hook's tests) fetches a cost map from the internet at
+# import unless told to use its bundled copy: no test may reach outside this machine.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
 # Outside embedded mode `ledger serve` refuses tokens shorter than 32 characters.
 GATEWAY = "test-gateway-token-4c1f0e9a7b2d6e35"

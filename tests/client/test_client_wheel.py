@@ -3,7 +3,8 @@
 Built here from clients/python (`pip wheel --no-deps`), installed with pytest and the two SDKs
 whose usage objects the tests construct into a fresh venv that holds no service dependency
 (checked: `litestar`, `sqlalchemy`, `dramatiq`, `pgserver`, `psycopg` and `ledger` all fail
-to import there, and the wheel declares httpx as its only requirement). Then the client's
+to import there, and the wheel declares httpx as its only requirement, litellm only under its
+`litellm` extra). Then the client's
 tests (this folder but this file) run with that venv's interpreter against a real
 `ledger serve` that `tests/client/server.py` starts with the project's interpreter
 (`LEDGER_SERVER_PYTHON`); `LEDGER_CLIENT_ALONE=1` makes that run check that the client came
@@ -76,7 +77,13 @@ def test_the_wheel_alone_in_a_clean_venv_passes_the_client_tests(tmp_path: Path)
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     requires = [line for line in metadata.decode().splitlines() if line.startswith("Requires-Dist:")]
-    assert [line.split()[1].split(">")[0] for line in requires] == ["httpx"], requires
+    # httpx is the one requirement; litellm comes only with the `litellm` extra (the proxy hook).
+    required = [line.split()[1].split(">")[0] for line in requires if "extra ==" not in line]
+    extras = [line.split()[1].split(">")[0] for line in requires if "extra ==" in line]
+    assert required == ["httpx"], requires
+    assert extras == ["litellm[proxy]"] and all('extra == "litellm"' in line for line in requires[1:]), (
+        requires
+    )
     assert top == {"ledger_client"} and "ledger_client/py.typed" in names, names
 
     venv = tmp_path / "venv"
