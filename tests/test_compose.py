@@ -120,7 +120,8 @@ def test_api_replicas_sit_behind_the_load_balancer(services: dict[str, Any]) -> 
     config = (ROOT / mount.split(":")[0]).read_text()
     assert re.search(r"^\s*bind :8000$", config, re.M)
     assert re.search(r"^\s*server-template api \d+ api:8000 check resolvers docker", config, re.M)
-    assert "option httpchk GET /readyz" in config
+    # liveness: a database failover must not take every replica out of the balancer
+    assert "option httpchk GET /healthz" in config
 
 
 def test_api_does_not_depend_on_redis(services: dict[str, Any]) -> None:

@@ -209,6 +209,7 @@ class AccountPages(Controller):
         reserves: Reserves,
         cursor: Cursor,
     ) -> Template:
+        read_at = datetime.now(UTC)
         kinds = chosen_kinds(kind, reserves)
         since, until = period(start, end)
         account = await accounts_of(request).get(account_id)
@@ -246,7 +247,9 @@ class AccountPages(Controller):
             view=view,
             hide_reserves=base,
             show_reserves=urlencode([*filters, ("reserves", "1")]) if not reserves else view,
-            csv_query=urlencode([*filters, ("as_of", iso(head.end))]),
+            # The CSV holds this page's rows: up to the end of the period or, for a period that
+            # has not ended, the moment the page was read (money that moves later is not in it).
+            csv_query=urlencode([*filters, ("as_of", iso(min(head.end, read_at)))]),
             rows=transaction_views(account_id, rows),
             next_cursor=str(rows[-1].id) if more and rows else None,
             first_page=cursor is None,
@@ -273,7 +276,7 @@ class AccountPages(Controller):
         await reports.check_statement(account_id, since, until)
         return Stream(
             reports.statement_csv(account_id, since, until, kinds=frozenset(kinds)),
-            media_type="text/csv; charset=utf-8",
+            media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="statement-{account_id}.csv"'},
         )
 

@@ -21,7 +21,7 @@ from litestar.types import ExceptionHandlersMap
 
 from ledger.accounts.service import AccountService
 from ledger.console.auth import LoginRequired, csrf_of, login_url, may
-from ledger.errors import LedgerError, ValidationFailed
+from ledger.errors import LedgerError, ServiceUnavailable, ValidationFailed
 from ledger.grants.service import GrantService
 from ledger.holds.service import HoldService
 from ledger.http.auth import Principal
@@ -44,7 +44,9 @@ def error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
     if request.scope["state"].get(CLIENT_GONE):  # hung up mid-body: 499 at info, as on the API
         return handle_exception(request, exc)
     error = translate(exc)
-    if error.status >= 500:
+    if isinstance(error, ServiceUnavailable):  # an outage: one warning line, as on the API
+        log.warning("console.unavailable", code=error.code, path=request.url.path)
+    elif error.status >= 500:
         log.error("console.failed", code=error.code, path=request.url.path, exc_info=exc)
     principal = request.state.get("principal")
     return Template(

@@ -89,6 +89,6 @@ class RevenuePages(Controller):
         )
         return Response(
             revenue_csv(report),
-            media_type="text/csv; charset=utf-8",
+            media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="revenue-{currency}-by-{group_by}.csv"'},
         )

@@ -20,7 +20,7 @@ from ledger.reports.repository import GroupBy
 from ledger.reports.service import ReportService, revenue_csv
 
 Format = Annotated[Literal["json", "csv"] | None, Parameter(query="format", default=None)]
-CSV = "text/csv; charset=utf-8"
+CSV = "text/csv"  # Litestar adds "; charset=utf-8" to a text type
 
 
 def service(request: Request[Any, Any, Any]) -> ReportService:

@@ -234,6 +234,21 @@ def test_statement_filters_totals_and_a_csv_of_exactly_the_view(
     assert transaction_ids(web.get(base, params={"from": today, "to": today}).text) == transaction_ids(page)
     later = web.get(base, params={"from": tomorrow, "to": tomorrow}).text
     assert transaction_ids(later) == [] and "No transactions in this period." in later
+    # A period that ends later today: the CSV still holds the page's rows, not money moved since
+    # (found in review: its as_of was the period's end, tomorrow 00:00).
+    today_page = web.get(base, params=[("from", today), ("to", today), ("kind", "adjustment")]).text
+    link = re.search(r'href="(/console/accounts/[^"]+/statement\.csv\?[^"]+)"', today_page)
+    assert link, "no CSV link"
+    r = client.post(
+        f"/admin/v1/accounts/{account_id}/adjustments",
+        json={"idempotency_key": new_id("a"), "amount": "-0.01", "reason": "later"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code == 201, r.text
+    r = web.get(link.group(1).replace("&amp;", "&"))
+    assert r.headers["content-type"] == "text/csv; charset=utf-8"
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert [x["transaction_id"] for x in rows[1:-1]] == transaction_ids(today_page)
     r = web.get(base, params={"from": tomorrow, "to": "2020-01-01"})
     assert r.status_code == 422
     assert web.get(base, params={"kind": "bogus"}).status_code == 422

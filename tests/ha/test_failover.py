@@ -422,6 +422,8 @@ def test_gateway_load_rides_through_a_switchover_and_a_hard_kill(
 
     assert not gateway.unexpected, gateway.unexpected[:5]
     assert bad_5xx == 0
+    # The ledger process never went away: a dropped connection to it is a bug, not a failover.
+    assert gateway.statuses.get(-1, 0) == 0, gateway.statuses
     assert len(acknowledged) == len(cycles)  # every cycle the gateway started was answered in the end
     assert len(acknowledged) > 3 * THREADS
     assert lost == [] and wrong == [] and extra == []
