@@ -1,4 +1,4 @@
-"""The webhook's pure parts: signature, the README's verification snippet, URL rules, the
+"""The webhook's pure parts: signature, the docs' verification snippet (docs/alerts.md), URL rules, the
 destination policy (with a stand-in resolver), its settings, backoff."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ledger.settings import SettingsError, load_settings
 
 SECRET = "s" * 40
 BODY = b'{"id":"e1","type":"balance.below_threshold"}'
-README = Path(__file__).resolve().parents[2] / "README.md"
+ALERTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 
 
 def test_signature_is_hmac_sha256_of_timestamp_dot_body() -> None:
@@ -35,12 +35,12 @@ def test_signature_is_hmac_sha256_of_timestamp_dot_body() -> None:
     assert not verify(SECRET, BODY, "v1=" + expected, now=1_700_000_010)
 
 
-def test_the_readme_snippet_verifies_a_real_signature() -> None:
-    block = re.search(r"```python\n(.*?def verify\(.*?)```", README.read_text(), re.S)
+def test_the_documented_snippet_verifies_a_real_signature() -> None:
+    block = re.search(r"```python\n(.*?def verify\(.*?)```", ALERTS_DOC.read_text(), re.S)
     assert block is not None
     code = "\n".join(line.removeprefix("  ") for line in block.group(1).splitlines())
     namespace: dict[str, Any] = {}
-    exec(code, namespace)  # the README's own snippet, run as a receiver would
+    exec(code, namespace)  # the docs' own snippet, run as a receiver would
     header = signature(SECRET, BODY, int(time.time()))
     assert namespace["verify"](SECRET, BODY, header) is True
     assert namespace["verify"](SECRET, BODY + b"x", header) is False
