@@ -119,7 +119,11 @@ class ReplicationWatch:
             and streaming > 0
         )
         if found != self._found or self._checked_at is None:
-            (log.info if found else log.warning)(
+            # A standby lost, or one configured but absent, is a warning; a database that was
+            # never replicated (standby names unset: a single node, the embedded one included)
+            # is stated once at info unless LEDGER_REQUIRE_SYNC_STANDBY makes it refuse writes.
+            alarming = not found and (self.required or self._found or bool(row.standby_names.strip()))
+            (log.warning if alarming else log.info)(
                 "database.sync_standby",
                 sync_standby=found,
                 standby_names=row.standby_names,

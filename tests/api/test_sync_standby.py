@@ -72,3 +72,29 @@ def test_required_and_missing_refuses_every_write_and_serves_reads(
     assert ready.status_code == 503
     assert ready.json()["error"]["code"] == "database_degraded"
     assert ready.json()["replication"]["required"] is True
+
+
+@pytest.mark.parametrize(("required", "level"), [(False, "info"), (True, "warning")])
+def test_a_single_node_is_stated_at_info_unless_a_standby_is_required(
+    database: str, required: bool, level: str
+) -> None:
+    """`make run` (one embedded node, no standby configured) must not start with a warning;
+    with LEDGER_REQUIRE_SYNC_STANDBY=1 the same state refuses writes, so it warns."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from ledger.db import make_engine
+    from ledger.replication import ReplicationWatch
+
+    async def first_read() -> bool:
+        engine = make_engine(database)
+        try:
+            return await ReplicationWatch(engine, required=required).refresh()
+        finally:
+            await engine.dispose()
+
+    with capture_logs() as logs:
+        assert asyncio.run(first_read()) is False
+    events = [entry for entry in logs if entry["event"] == "database.sync_standby"]
+    assert [entry["log_level"] for entry in events] == [level]
