@@ -37,11 +37,11 @@ from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountExists, AccountNotFound, ValidationFailed
-from ledger.http.query import id_cursor
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg as PostingLeg
 from ledger.journal.postings import adjustments_account, funding_account
 from ledger.metrics import MONEY_MOVEMENTS
+from ledger.pagination import id_cursor
 from ledger.schemas import Page, check_metadata, iso
 from pricing.money import EXACT, AmountError, check_storable, format_amount, parse_amount
 
