@@ -29,7 +29,7 @@ from litestar.params import Parameter
 from litestar.response import Stream, Template
 
 from ledger.accounts.schemas import AdjustmentRequest, DepositRequest, JournalTransaction
-from ledger.accounts.service import account_view
+from ledger.accounts.views import account_view
 from ledger.console import repository
 from ledger.console.auth import checked_form, console_guard
 from ledger.console.chart import bar_chart
