@@ -165,7 +165,7 @@ class PriceCatalog:
         A model is *known* when some price version of `currency` names it (published now
         or ever: it was withdrawn or is not priced yet), or when the bundled sheets leave it
         unpriced on purpose (`pricing.bundled.UNPRICED_MODELS`). A known model without a
-        price in the selected version is 503 `pricing_unavailable`, as before; any other
+        price in the selected version is 503 `pricing_unavailable`; any other
         name is 404 `model_not_found`. Only refusals pay for this lookup.
         """
         if model in UNPRICED_MODELS or await repository.names_model(conn, currency, model):
