@@ -55,7 +55,7 @@ from ledger.http.query import Cursor, timestamp
 from ledger.http.request import actor_of
 from ledger.reports.service import BEGINNING
 from ledger.schemas import iso
-from pricing.money import format_amount
+from pricing.money import EXACT, format_amount
 
 Search = Annotated[str, Parameter(default="", max_length=128)]
 Kinds = Annotated[list[str] | None, Parameter(query="kind", default=None)]
@@ -221,7 +221,7 @@ class AccountPages(Controller):
             "statement.html",
             account=account,
             head=head,
-            totals_net=format_amount(head.closing_balance - head.opening_balance),
+            totals_net=format_amount(EXACT.subtract(head.closing_balance, head.opening_balance)),
             kinds=kinds,
             all_kinds=repository.KINDS,
             explicit=bool(kind),
