@@ -71,11 +71,11 @@ CONTROLLERS: list[Any] = [
 def settle_heap() -> None:
     """Keep the objects made at start out of every garbage collection from now on.
 
-    The routes, schemas, OpenAPI document, templates and pools made at start (about 120k
-    objects) live as long as the process, yet each full collection walked them all: 70 ms
-    with the event loop stopped, a pause every in-flight request waited through. After
-    one collection of start-up garbage, `gc.freeze()` moves the survivors to the permanent
-    generation, so a collection only walks what requests have made since.
+    The routes, schemas, OpenAPI document, templates and pools made at start live as long
+    as the process, yet each full collection would walk them all with the event loop
+    stopped, a pause every in-flight request waits through. After one collection of
+    start-up garbage, `gc.freeze()` moves the survivors to the permanent generation, so a
+    collection only walks what requests have made since.
     """
     gc.collect()
     gc.freeze()

@@ -2,7 +2,9 @@
 
 Every money movement: lock the account row, check the idempotency key, post one
 balanced journal transaction, remember the key, write the audit record, commit:
-all in one database transaction, so a refused or failed request changes nothing.
+all in one database transaction, so a refused or failed request changes nothing
+(the posting itself: `ledger.accounts.movements`; rows to responses:
+`ledger.accounts.views`).
 
 Controls (credit limit and metadata changes, freeze, unfreeze) lock the account row
 too, so they serialize with every posting; each change is audit-logged with what it
@@ -12,6 +14,7 @@ a frozen account) writes nothing and answers the account as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -20,7 +23,7 @@ import msgspec
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger import idempotency
-from ledger.accounts import repository
+from ledger.accounts import movements, repository
 from ledger.accounts.schemas import (
     Account,
     AdjustmentRequest,
@@ -28,76 +31,29 @@ from ledger.accounts.schemas import (
     CreateAccount,
     DepositRequest,
     FreezeRequest,
-    JournalTransaction,
-    Leg,
     Movement,
     UpdateAccount,
 )
+from ledger.accounts.views import account_view, balance_view, journal_view, past_balance_view
 from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountExists, AccountNotFound, ValidationFailed
-from ledger.http.query import id_cursor
 from ledger.journal import repository as journal
-from ledger.journal.postings import Leg as PostingLeg
 from ledger.journal.postings import adjustments_account, funding_account
 from ledger.metrics import MONEY_MOVEMENTS
-from ledger.schemas import Page, check_metadata, iso
-from pricing.money import EXACT, AmountError, check_storable, format_amount, parse_amount
 
-MONEY_SCOPE = "money"
+# `available_of` and `parse_money` (their home is ledger.money) are re-exported ("as"
+# themselves) while ledger/holds and ledger/budgets import them from here; drop the
+# re-export once those import them from ledger.money.
+from ledger.money import available_of as available_of
+from ledger.money import parse_money as parse_money
+from ledger.pagination import id_cursor
+from ledger.schemas import Page, check_metadata, iso
+from pricing.money import format_amount
+
 # NUMERIC(38, 12) holds |x| < 10^26: refuse larger limits as a 422, not a database error.
 MAX_CREDIT_LIMIT = Decimal(10) ** 26
-
-
-def parse_money(value: str, *, param: str) -> Decimal:
-    try:
-        return parse_amount(value, what=param)
-    except AmountError as error:
-        raise ValidationFailed(str(error), param=param) from error
-
-
-def available_of(
-    balance: Decimal, credit_limit: Decimal, held: Decimal, lapsed: Decimal = Decimal(0)
-) -> Decimal:
-    """balance - lapsed + credit_limit - held, exactly (a 38-digit balance exceeds the default
-    28-digit context). `lapsed`: what expired grants still hold until the expiry job posts it
-    out (migration 0020); from `expires_at` on it pays for nothing."""
-    return EXACT.subtract(EXACT.add(EXACT.subtract(balance, lapsed), credit_limit), held)
-
-
-def account_view(row: Any) -> Account:
-    available = available_of(row.balance, row.credit_limit, row.held, row.lapsed)
-    return Account(
-        account_id=row.id,
-        currency=row.currency.strip(),
-        credit_limit=format_amount(row.credit_limit),
-        balance=format_amount(row.balance),
-        paid=format_amount(EXACT.subtract(row.balance, row.grant_books)),
-        granted=format_amount(EXACT.subtract(row.grant_books, row.lapsed)),
-        held=format_amount(row.held),
-        available=format_amount(available),
-        metadata=row.metadata,
-        created_at=iso(row.created_at),
-        frozen=row.frozen_at is not None,
-        frozen_at=iso(row.frozen_at) if row.frozen_at else None,
-        frozen_reason=row.frozen_reason,
-        review=row.review,
-    )
-
-
-def balance_view(row: Any) -> Balance:
-    account = account_view(row)
-    return Balance(
-        account_id=account.account_id,
-        currency=account.currency,
-        balance=account.balance,
-        paid=account.paid,
-        granted=account.granted,
-        held=account.held,
-        available=account.available,
-        credit_limit=account.credit_limit,
-    )
 
 
 def parse_credit_limit(value: str) -> Decimal:
@@ -175,17 +131,7 @@ class AccountService:
             if as_of is None:
                 return balance_view(row)
             past = await journal.balance_as_of(conn, account_id, as_of)
-        return Balance(
-            account_id=row.id,
-            currency=row.currency.strip(),
-            balance=format_amount(past.balance),
-            paid=format_amount(EXACT.subtract(past.balance, past.grant_books)),
-            granted=format_amount(EXACT.subtract(past.grant_books, past.lapsed)),
-            held=format_amount(past.held),
-            available=format_amount(available_of(past.balance, row.credit_limit, past.held, past.lapsed)),
-            credit_limit=format_amount(row.credit_limit),
-            as_of=iso(as_of),
-        )
+        return past_balance_view(row, past, as_of)
 
     async def list(
         self, *, cursor: str | None, limit: int, below_zero: bool = False, review: bool | None = None
@@ -326,104 +272,31 @@ class AccountService:
         key: str,
         digest: str,
         amount: Decimal,
-        counterpart: Any,
+        counterpart: Callable[[str], str],
         actor: Actor,
         reference: str | None,
         reason: str | None,
     ) -> tuple[Movement, bool]:
         async def work(conn: AsyncConnection) -> tuple[Movement, bool]:
             account = await require_locked(conn, account_id)
-            currency = account.currency.strip()
-            previous = await idempotency.replayed_transaction(
-                conn, account_id=account_id, scope=MONEY_SCOPE, key=key, digest=digest
-            )
-            if previous is not None:
-                return await self._replay(conn, account_id, previous, key), False
-            try:
-                # The account row is locked: nothing else moves this balance until commit.
-                check_storable(EXACT.add(account.balance, amount), what="the resulting balance")
-            except AmountError as error:
-                raise ValidationFailed(str(error), param="amount") from error
-            posted = await journal.post(
+            return await movements.post(
                 conn,
+                account_id,
+                account,
                 kind=kind,
-                account_id=account_id,
-                currency=currency,
-                # copy_negate is exact; unary minus rounds to the 28-digit default context
-                legs=[
-                    PostingLeg(counterpart(currency), amount.copy_negate()),
-                    PostingLeg(account_id, amount),
-                ],
-                actor=actor.identity,
-                reference=reference,
-                reason=reason,
-            )
-            await idempotency.remember(
-                conn,
-                account_id=account_id,
-                scope=MONEY_SCOPE,
                 key=key,
                 digest=digest,
-                transaction_id=posted.transaction_id,
-            )
-            await audit.record(
-                conn,
-                actor=actor.identity,
-                role=actor.role,
-                action=f"account.{kind}",
-                target=account_id,
+                amount=amount,
+                counterpart=counterpart,
+                actor=actor,
+                reference=reference,
                 reason=reason,
-                details={
-                    "amount": format_amount(amount),
-                    "currency": currency,
-                    "transaction_id": posted.transaction_id,
-                    "idempotency_key": key,
-                    "reference": reference,
-                },
-                request_id=actor.request_id,
-            )
-            assert posted.balance_after is not None
-            return (
-                Movement(
-                    transaction_id=str(posted.transaction_id),
-                    kind=kind,
-                    account_id=account_id,
-                    idempotency_key=key,
-                    amount=format_amount(amount),
-                    currency=currency,
-                    balance=format_amount(posted.balance_after),
-                    created_at=iso(posted.created_at),
-                    reference=reference,
-                    reason=reason,
-                ),
-                True,
             )
 
         result = await transaction(self.engine, work)
         if result[1]:
             MONEY_MOVEMENTS.labels(kind).inc()
         return result
-
-    async def _replay(
-        self, conn: AsyncConnection, account_id: str, transaction_id: int, key: str
-    ) -> Movement:
-        rows, _ = await journal.account_journal(conn, account_id, before=transaction_id + 1, limit=1)
-        row = rows[0]
-        assert row.id == transaction_id
-        account = await repository.get(conn, account_id)
-        assert account is not None
-        return Movement(
-            transaction_id=str(row.id),
-            kind=row.kind,
-            account_id=account_id,
-            idempotency_key=key,
-            amount=format_amount(row.amount),
-            currency=account.currency.strip(),
-            balance=format_amount(row.balance_after),
-            created_at=iso(row.created_at),
-            reference=row.reference,
-            reason=row.reason,
-        )
 
     async def journal(
         self,
@@ -445,25 +318,5 @@ class AccountService:
             )
         more = len(rows) > limit
         rows = rows[:limit]
-        data = [
-            JournalTransaction(
-                transaction_id=str(r.id),
-                kind=r.kind,
-                account_id=account_id,
-                amount=format_amount(r.amount),
-                held_change=format_amount(r.held_change),
-                balance_after=format_amount(r.balance_after),
-                held_after=format_amount(r.held_after),
-                actor=r.actor,
-                created_at=iso(r.created_at),
-                reference=r.reference,
-                reason=r.reason,
-                hold_id=str(r.hold_id) if r.hold_id else None,
-                entries=[
-                    Leg(account_id=leg.account_id, book=leg.book, amount=format_amount(leg.amount))
-                    for leg in legs.get(r.id, [])
-                ],
-            )
-            for r in rows
-        ]
+        data = [journal_view(account_id, r, legs.get(r.id, [])) for r in rows]
         return Page(data=data, next_cursor=str(rows[-1].id) if more and rows else None)

@@ -11,10 +11,11 @@ from ledger.alerts.schemas import Alert, AlertConfig
 from ledger.alerts.service import AlertService
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
-from ledger.http.query import IdCursor, Limit, id_cursor
+from ledger.http.query import IdCursor, Limit
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals
+from ledger.pagination import id_cursor
 from ledger.schemas import NOT_BLANK, Page
 
 # Roles that see a delivery attempt's status code and error: the error tells a refused

@@ -35,18 +35,16 @@ from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountNotFound, AlertNotFound, ValidationFailed
+from ledger.money import parse_money
 from ledger.schemas import Page, iso
 from ledger.settings import Settings
-from pricing.money import AmountError, format_amount, parse_amount, storable
+from pricing.money import format_amount, storable
 
 EVENT_TYPES = {"below": "balance.below_threshold", "above": "balance.above_threshold"}
 
 
 def parse_threshold(value: str) -> Decimal:
-    try:
-        threshold = parse_amount(value, what="threshold")
-    except AmountError as error:
-        raise ValidationFailed(str(error), param="threshold") from error
+    threshold = parse_money(value, param="threshold")
     if not storable(threshold):
         raise ValidationFailed("threshold must be below 10^26 in magnitude", param="threshold")
     return threshold

@@ -29,7 +29,7 @@ from litestar.params import Parameter
 from litestar.response import Stream, Template
 
 from ledger.accounts.schemas import AdjustmentRequest, DepositRequest, JournalTransaction
-from ledger.accounts.service import account_view
+from ledger.accounts.views import account_view, journal_view
 from ledger.console import repository
 from ledger.console.auth import checked_form, console_guard
 from ledger.console.chart import bar_chart
@@ -55,7 +55,7 @@ from ledger.http.query import Cursor, timestamp
 from ledger.http.request import actor_of
 from ledger.reports.service import BEGINNING
 from ledger.schemas import iso
-from pricing.money import format_amount
+from pricing.money import EXACT, format_amount
 
 Search = Annotated[str, Parameter(default="", max_length=128)]
 Kinds = Annotated[list[str] | None, Parameter(query="kind", default=None)]
@@ -84,24 +84,8 @@ def chosen_kinds(kinds: list[str] | None, reserves: bool) -> tuple[str, ...]:
 
 
 def transaction_views(account_id: str, rows: Sequence[Any]) -> list[JournalTransaction]:
-    return [
-        JournalTransaction(
-            transaction_id=str(r.id),
-            kind=r.kind,
-            account_id=account_id,
-            amount=format_amount(r.amount),
-            held_change=format_amount(r.held_change),
-            balance_after=format_amount(r.balance_after),
-            held_after=format_amount(r.held_after),
-            actor=r.actor,
-            created_at=iso(r.created_at),
-            reference=r.reference,
-            reason=r.reason,
-            hold_id=str(r.hold_id) if r.hold_id else None,
-            entries=[],
-        )
-        for r in rows
-    ]
+    """The account's transactions as the API shows them, without their entries."""
+    return [journal_view(account_id, r, []) for r in rows]
 
 
 def before_of(cursor: str | None) -> int | None:
@@ -237,7 +221,7 @@ class AccountPages(Controller):
             "statement.html",
             account=account,
             head=head,
-            totals_net=format_amount(head.closing_balance - head.opening_balance),
+            totals_net=format_amount(EXACT.subtract(head.closing_balance, head.opening_balance)),
             kinds=kinds,
             all_kinds=repository.KINDS,
             explicit=bool(kind),

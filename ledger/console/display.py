@@ -23,7 +23,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from pricing.money import format_amount
+from pricing.money import EXACT, format_amount
 
 CENT = Decimal("0.01")
 SIGNIFICANT = 4
@@ -31,10 +31,11 @@ SIGNIFICANT = 4
 
 def readable(exact: Decimal) -> str:
     """`exact` rounded for reading by the rule above (the caller keeps the exact value)."""
-    if exact == 0 or abs(exact) >= CENT:
-        return f"{exact.quantize(CENT, rounding=ROUND_HALF_UP):,}"
+    # The EXACT context: a 38-digit balance does not fit the default 28-digit context.
+    if exact == 0 or exact.copy_abs() >= CENT:
+        return f"{exact.quantize(CENT, rounding=ROUND_HALF_UP, context=EXACT):,}"
     step = Decimal(1).scaleb(exact.adjusted() - SIGNIFICANT + 1)
-    shown = exact.quantize(step, rounding=ROUND_HALF_UP)
+    shown = exact.quantize(step, rounding=ROUND_HALF_UP, context=EXACT)
     text = f"{shown:f}"
     return text.rstrip("0") if "." in text else text
 

@@ -23,7 +23,7 @@ from ledger.accounts.repository import COLUMNS
 from ledger.grants.repository import GRANT_COLUMNS
 from ledger.holds.repository import HOLD_COLUMNS
 
-# The same columns as the accounts API, so `accounts.service.view` renders a row.
+# The same columns as the accounts API, so `ledger.accounts.views.account_view` renders a row.
 _SEARCH = text(
     f"SELECT {COLUMNS} FROM accounts "
     "WHERE kind = 'customer' AND id > :after AND id ILIKE :pattern ESCAPE '\\' "

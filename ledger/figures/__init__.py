@@ -20,7 +20,7 @@ Invariants:
 - `FigureCache` answers a scrape from the last read while it is younger than
   LEDGER_METRICS_CACHE_SECONDS, and concurrent scrapes of one process share one read, so
   a scrape storm costs the database at most one read per process per period. Cost: see
-  docs/monitoring.md (measured on ~100k journal transactions).
+  docs/monitoring.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The journal's totals for /metrics, kept incrementally: a scrape reads only recent rows.
 
-A full aggregate of the journal grows with the journal (about 200 ms at 100k
-transactions, docs/monitoring.md). `JournalTally` instead keeps, per process, exact
+A full aggregate of the journal costs time in proportion to the journal's size
+(docs/monitoring.md). `JournalTally` instead keeps, per process, exact
 totals of every journal transaction up to a *frontier* id, and at each read aggregates
 only the rows above it, found by the primary key (journal_transactions.id and
 journal_entries' (transaction_id, id) key): the cost follows the traffic since the

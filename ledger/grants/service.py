@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger import idempotency
 from ledger.accounts import repository as accounts
-from ledger.accounts.service import parse_money, require_locked
+from ledger.accounts.service import require_locked
 from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
@@ -35,8 +35,9 @@ from ledger.ids import parse_uuid, uuid7
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg, grant_book, grants_account
 from ledger.metrics import MONEY_MOVEMENTS
+from ledger.money import check_resulting_balance, parse_money
 from ledger.schemas import Page, iso
-from pricing.money import EXACT, AmountError, check_storable, format_amount
+from pricing.money import EXACT, format_amount
 
 log = structlog.get_logger(__name__)
 
@@ -105,10 +106,7 @@ class GrantService:
             now: datetime = (await conn.exec_driver_sql("SELECT now()")).scalar_one()
             if body.expires_at <= now:
                 raise ValidationFailed("expires_at must be in the future", param="expires_at")
-            try:
-                check_storable(EXACT.add(account.balance, amount), what="the resulting balance")
-            except AmountError as error:
-                raise ValidationFailed(str(error), param="amount") from error
+            check_resulting_balance(account.balance, amount)
             currency = account.currency.strip()
             await journal.ensure_system_accounts(conn, currency)
             grant_id = uuid7()

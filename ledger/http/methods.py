@@ -3,7 +3,7 @@
 Litestar adds an OPTIONS handler to each route it builds, but a path served by handlers
 of several routes (`GET` and `PATCH /admin/v1/accounts/{id}`) gets the last route's
 handler, whose `Allow` names only that route's methods; and the handler sits behind the
-controller's guards, so asking without a token was a 401. `options_middleware` answers
+controller's guards, so asking without a token would be a 401. `options_middleware` answers
 OPTIONS itself, before the guards (nothing in the answer is private: the same methods
 are in the OpenAPI document), from `allowed_methods(app)`: the union of the methods of
 every route, per path template, as the router resolves them. `Allow` is sorted and

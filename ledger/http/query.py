@@ -21,12 +21,13 @@ from typing import Annotated
 from litestar.params import Parameter
 
 from ledger.errors import ValidationFailed
+from ledger.pagination import ID_CURSOR_PATTERN
 
 # The page size and cursor every paginated list takes (`?limit=`, `?cursor=`). A cursor is
-# the previous page's `next_cursor`; its documented pattern is the form this service issues.
+# the previous page's `next_cursor`; its documented pattern is the form this service issues
+# (an id cursor is read by `ledger.pagination.id_cursor`).
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50)]
 Cursor = Annotated[str | None, Parameter(default=None, max_length=200)]
-ID_CURSOR_PATTERN = r"^[0-9]{1,18}$"  # a bigint id; 18 digits always fit
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 IdCursor = Annotated[
     str | None, Parameter(default=None, max_length=18, schema_extra={"pattern": ID_CURSOR_PATTERN})
@@ -34,8 +35,6 @@ IdCursor = Annotated[
 UuidCursor = Annotated[
     str | None, Parameter(default=None, max_length=36, schema_extra={"pattern": UUID_PATTERN})
 ]
-
-_ID_CURSOR = re.compile(ID_CURSOR_PATTERN)
 
 TIMESTAMP_PATTERN = (
     r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -95,15 +94,6 @@ def utc(value: datetime | None, *, param: str) -> datetime | None:
         raise ValidationFailed(
             f"{param} is outside the representable range (years 1 to 9999, UTC)", param=param
         ) from error
-
-
-def id_cursor(value: str | None, *, param: str = "cursor") -> int | None:
-    """A numeric cursor from a previous page's `next_cursor`."""
-    if value is None:
-        return None
-    if not _ID_CURSOR.match(value):
-        raise ValidationFailed(f"{param} is not one this service issued", param=param)
-    return int(value)
 
 
 def time_range(

@@ -3,8 +3,7 @@
 uvicorn writes a response's status line and headers, then its body, as two
 `transport.write` calls, and uvloop sends each at once: two `send` system calls, two
 TCP segments, and on a local network (the gateway beside the ledger) the kernel
-delivers each segment to the receiver inside the sender's system call. Measured with
-the hold benchmark, those writes were about a third of the serving thread's time.
+delivers each segment to the receiver inside the sender's system call.
 
 `CoalescingTransport` keeps what is written during one turn of the event loop and hands
 it to the real transport at the end of that turn, as one write: a response written

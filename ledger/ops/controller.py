@@ -19,11 +19,12 @@ from ledger.audit.repository import AuditAction  # an unknown action is 422 `act
 from ledger.db import current_revision, head_revision, read_only
 from ledger.errors import DatabaseDegraded, DatabaseUnavailable, ValidationFailed
 from ledger.http.auth import admin_guard
-from ledger.http.query import From, IdCursor, To, id_cursor, time_range
+from ledger.http.query import From, IdCursor, To, time_range
 from ledger.integrity import service as integrity
 from ledger.metrics import render
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, refusals
+from ledger.pagination import id_cursor
 from ledger.reconciliation import gauges
 from ledger.replication import ReplicationWatch
 from ledger.schemas import Page, iso

@@ -35,7 +35,7 @@ _LATEST_AFTER = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency AND id > :after "
     "ORDER BY id DESC LIMIT 1"
 )
-# Whether a request may pin `version` now (the pin rule, `PriceService.check_pin`): its
+# Whether a request may pin `version` now (the pin rule, `PriceCatalog.check_pin`): its
 # effective_at; when it was superseded (the earliest moment a later version of its currency
 # took effect or, published with an effective_at already past, was published; NULL while
 # none has); whether it ever was the active version (superseded only after it took effect

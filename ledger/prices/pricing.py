@@ -1,0 +1,64 @@
+"""The pure cost engine (`pricing`) as the ledger uses it: its refusals become ledger errors here.
+
+`translate_pricing_error` is the one place an engine refusal (`pricing.errors`) is
+mapped onto the ledger's error tree, so a bad usage, a limit exceeded or a model
+without a price answers the same status and code from a quote, a reserve or a settle:
+- `UsageInvalid` -> 422 `usage_invalid` (param `usage` unless the engine names one);
+- `ModelLimitExceeded` -> 422 `model_limit_exceeded`;
+- `PriceDocumentInvalid` -> 422 `validation_error` (a refused price document);
+- any other `PricingInputError` -> 422 `validation_error`;
+- `ModelNotPriced` -> 503 `pricing_unavailable`.
+Anything else is returned unchanged. `size` and `charge` call the engine through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.errors import (
+    ModelLimitExceeded,
+    PriceDocumentRefused,
+    PricingUnavailable,
+    UsageInvalid,
+    ValidationFailed,
+)
+from pricing import errors as pricing_errors
+from pricing.document import ModelPrice
+from pricing.engine import Charge, Reservation, check_usage_limits, compute_charge, size_reservation
+from pricing.usage import parse_usage
+
+
+def translate_pricing_error(error: Exception) -> Exception:
+    """Map the pure engine's refusals onto the ledger's error tree."""
+    if isinstance(error, pricing_errors.UsageInvalid):
+        return UsageInvalid(error.message, param=error.param or "usage")
+    if isinstance(error, pricing_errors.ModelLimitExceeded):
+        return ModelLimitExceeded(error.message, param=error.param)
+    if isinstance(error, pricing_errors.PriceDocumentInvalid):
+        return PriceDocumentRefused(error.message, param=error.param or None)
+    if isinstance(error, pricing_errors.PricingInputError):
+        return ValidationFailed(error.message, param=error.param or None)
+    if isinstance(error, pricing_errors.ModelNotPriced):
+        return PricingUnavailable(
+            f"no valid price for model {error.model!r} in the selected price version", param="model"
+        )
+    return error
+
+
+def size(price: ModelPrice, max_input: int | None, max_output: int | None, n: int | None) -> Reservation:
+    """Size a reservation as a reserve would; the engine's refusals become ledger errors."""
+    try:
+        return size_reservation(price, max_input_tokens=max_input, max_output_tokens=max_output, n=n)
+    except pricing_errors.PricingInputError as error:
+        raise translate_pricing_error(error) from error
+
+
+def charge(price: ModelPrice, usage: dict[str, Any], n: int) -> Charge:
+    """What `usage` costs at `price`, refused as a settle would refuse it (the completion
+    limit is n x the model's output); the engine's refusals become ledger errors."""
+    try:
+        parsed = parse_usage(usage)
+        check_usage_limits(price, parsed, n=n)
+        return compute_charge(price, parsed)
+    except pricing_errors.PricingInputError as error:
+        raise translate_pricing_error(error) from error
