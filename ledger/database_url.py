@@ -145,7 +145,7 @@ class DatabaseURL:
     def _port(text: str, fail: Fail) -> int | None:
         if text == "":
             return None
-        if not text.isdigit() or not 0 < int(text) < 65536:
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
             raise fail(f"port {text!r} is not a number from 1 to 65535")
         return int(text)
 
@@ -160,7 +160,7 @@ class DatabaseURL:
         head, colon, tail = item.rpartition(":")
         if not colon:
             return Host(item)
-        if item.startswith("/") and not tail.isdigit():
+        if item.startswith("/") and not (tail.isascii() and tail.isdigit()):
             return Host(item)  # a socket directory with a ':' in its name
         if ":" in head:
             raise fail(f"host {item!r}: write an IPv6 address in brackets, [address]:port")

@@ -91,7 +91,7 @@ def transaction_views(account_id: str, rows: Sequence[Any]) -> list[JournalTrans
 def before_of(cursor: str | None) -> int | None:
     if cursor is None:
         return None
-    if not cursor.isdigit() or len(cursor) > 18:
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
         raise ValidationFailed("cursor is not one this console issued", param="cursor")
     return int(cursor)
 

@@ -69,7 +69,7 @@ class PriceCatalog:
         return view(row, with_document=True)
 
     async def list(self, *, cursor: str | None, limit: int) -> tuple[list[PriceVersion], str | None]:
-        before = int(cursor[1:]) if cursor and cursor[1:].isdigit() else None
+        before = int(cursor[1:]) if cursor and cursor[1:].isascii() and cursor[1:].isdigit() else None
         async with read_only(self.engine) as conn:
             rows = await repository.list_page(conn, before=before, limit=limit + 1)
         more = len(rows) > limit

@@ -43,3 +43,13 @@ def test_times_are_utc_to_the_second_and_hold_links_show_the_distinct_tail() -> 
     assert str(hold_link(hold_id)) == (
         f'<a class="mono hold" href="/console/holds/{hold_id}" title="{hold_id}">…444455556666</a>'
     )
+
+
+@pytest.mark.parametrize("cursor", ["\u00b2", "\u0663", "12\u00b3"])
+def test_a_cursor_of_non_ascii_digits_is_refused_not_a_500(cursor: str) -> None:
+    """str.isdigit() accepts superscripts ('²': int() then raises) and other scripts' digits."""
+    from ledger.console.accounts_pages import before_of
+    from ledger.errors import ValidationFailed
+
+    with pytest.raises(ValidationFailed):
+        before_of(cursor)

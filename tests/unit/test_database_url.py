@@ -136,6 +136,7 @@ MALFORMED = [
     ("mysql://h/db", "must start with postgresql://"),
     ("postgres://h:port/db", "port 'port' is not a number"),
     ("postgres://h:70000/db", "port '70000'"),
+    ("postgres://h:\u00b2/db", "port '\u00b2' is not a number"),  # a digit to str.isdigit, not to int()
     ("postgres://h1:1,h2:2/db?port=3", "ports are given both"),
     ("postgres://h1,h2/db?port=1,2,3", "3 ports for 2 hosts"),
     ("postgres://h/db?host=/tmp", "hosts are given both"),
