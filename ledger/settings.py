@@ -2,7 +2,8 @@
 
 Every command (serve, migrate, worker, scheduler, reconcile, prices) reads the
 same settings, so each works against the embedded database too. The README's
-configuration table lists every variable below; keep the two in step.
+configuration table and docs/configuration.md list every variable below
+(tests/unit/test_docs_settings.py keeps them in step).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def signature(secret: str, body: bytes, timestamp: int) -> str:
 
 
 def verify(secret: str, body: bytes, header: str, *, tolerance: int = 300, now: float | None = None) -> bool:
-    """What a receiver does (the README shows the same): recompute and compare in constant time."""
+    """What a receiver does (docs/alerts.md shows the same): recompute and compare in constant time."""
     fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     try:
         timestamp = int(fields["t"])

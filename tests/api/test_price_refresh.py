@@ -1,6 +1,6 @@
 """Refresh never reverts what finance published; publishing answers duplicates and guards drops.
 
-The rule under test (README "Publishing"): a refresh compares what its sources produce
+The rule under test (docs/decisions.md, "Publishing"): a refresh compares what its sources produce
 with what they produced at its own last refresh, publishes only when they changed and
 no version was published by hand since, and never publishes an empty diff. A POST of
 the newest version's content answers that version (200, created false); a POST that
