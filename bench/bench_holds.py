@@ -729,7 +729,6 @@ def main(argv: list[str] | None = None) -> int:
             "processes": processes,
             "code": code_version(),
             "lanes": os.environ.get("LEDGER_BATCH_LANES"),
-            "depth": os.environ.get("LEDGER_BATCH_DEPTH"),
             "pipeline": os.environ.get("LEDGER_BATCH_PIPELINE"),
         },
         "medians": medians(runs),

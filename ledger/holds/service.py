@@ -180,7 +180,6 @@ class HoldService:
         self.batcher = HoldBatcher(
             engine_conninfo(engine),
             lanes=settings.batch_lanes,
-            depth=settings.batch_depth,
             pipeline=settings.batch_pipeline,
         )
 
