@@ -133,7 +133,7 @@ class Settings:
     webhook_allow_http: bool = False
     webhook_allowed_networks: tuple[Network, ...] = ()
     # The gateway's reserve, settle and release served ahead of the framework
-    # (ledger.http.fastlane); off: every request goes through Litestar's routing.
+    # (ledger.holds.fastlane); off: every request goes through Litestar's routing.
     fast_lane: bool = True
     # GET /metrics reads the ledger-level figures (ledger.figures) at most once per this many
     # seconds per process; scrapes in between get the last read. 0: read at every scrape.
