@@ -235,6 +235,95 @@ async def lock_waiters(database: str, count: int) -> None:
     raise AssertionError(f"{count} batch(es) never waited for the lock")
 
 
+def budget_row(sql: psycopg.Connection[Any], account: str, key: str) -> tuple[Decimal, Decimal] | None:
+    """(held, period spend) of a key's budget row, or None."""
+    row = sql.execute(
+        "SELECT b.held, ledger_budget_period_spent(b) FROM budgets b "
+        "WHERE account_id = %s AND budget_key = %s",
+        (account, key),
+    ).fetchone()
+    sql.rollback()
+    return None if row is None else (row[0], row[1])
+
+
+def set_budget(
+    sql: psycopg.Connection[Any], account: str, key: str, amount: str, threshold: str | None
+) -> None:
+    sql.execute(
+        "INSERT INTO budgets (account_id, budget_key, amount, period, alert_threshold, day_start, "
+        "week_start, month_start) VALUES (%s, %s, %s, 'daily', %s, ledger_budget_window('day', now()), "
+        "ledger_budget_window('week', now()), ledger_budget_window('month', now()))",
+        (account, key, Decimal(amount), None if threshold is None else Decimal(threshold)),
+    )
+    sql.commit()
+
+
+def test_budgeted_reserves_are_checked_in_arrival_order_after_the_funds(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
+) -> None:
+    set_budget(sql, world["account"], "proj", "2.5", None)
+    rows = together(
+        database,
+        reserve_op(world, "1", budget_key="proj"),
+        reserve_op(world, "1", budget_key="proj"),
+        reserve_op(world, "1", budget_key="proj"),  # 2 held + 1 > 2.5: the budget refuses
+        reserve_op(world, "1", budget_key="new-key"),  # no budget: unlimited, its row made on first use
+        reserve_op(world, "1", budget_key="proj"),  # funds (3 - 3 held) and budget both refuse: funds
+        account=world["account"],
+        pipeline=pipeline,
+    )
+    assert [r.op_outcome for r in rows] == ["created", "created", "budget", "created", "insufficient"]
+    assert rows[2].op_detail == {
+        "budget": "2.500000000000",
+        "spent": "0.000000000000",
+        "held": "2.000000000000",
+        "period_start": rows[2].op_detail["period_start"],
+        "period_end": rows[2].op_detail["period_end"],
+    }
+    assert rows[2].op_detail["period_start"] < rows[2].op_detail["period_end"]
+    assert rows[0].budget_key == "proj" and rows[3].budget_key == "new-key"
+    assert budget_row(sql, world["account"], "proj") == (Decimal(2), Decimal(0))
+    assert budget_row(sql, world["account"], "new-key") == (Decimal(1), Decimal(0))
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(3))
+    assert_integrity(client)
+
+
+def test_a_budgeted_settle_and_release_move_the_budget_and_the_alert_comes_back_once(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
+) -> None:
+    set_budget(sql, world["account"], "proj", "2", "0.5")
+    a, b, c = together(
+        database, *(reserve_op(world, "0.5", budget_key="proj") for _ in range(3)), account=world["account"]
+    )
+    first, released = together(
+        database,
+        settle_op(world, a, "0.6"),
+        {"op": "release", "id": b.id, "actor": "gateway:test"},
+        account=world["account"],
+        pipeline=pipeline,
+    )
+    assert (first.op_outcome, released.op_outcome) == ("settled", "released")
+    assert first.op_detail is None  # 0.6 < 0.5 x 2: no alert yet
+    (second,) = together(database, settle_op(world, c, "0.5"), account=world["account"], pipeline=pipeline)
+    assert second.op_outcome == "settled"
+    assert second.op_detail == {
+        "budget_alert": {
+            "account_id": world["account"],
+            "budget_key": "proj",
+            "amount": "2.000000000000",
+            "period": "daily",
+            "alert_threshold": "0.500000000000",
+            "period_spent": "1.100000000000",
+        }
+    }
+    assert budget_row(sql, world["account"], "proj") == (Decimal(0), Decimal("1.1"))
+    (d,) = together(database, reserve_op(world, "0.5", budget_key="proj"), account=world["account"])
+    (third,) = together(database, settle_op(world, d, "0.1"), account=world["account"], pipeline=pipeline)
+    assert (third.op_outcome, third.op_detail) == ("settled", None)  # once per period
+    assert budget_row(sql, world["account"], "proj") == (Decimal(0), Decimal("1.2"))
+    assert_integrity(client)
+
+
 @pytest.mark.parametrize("pipeline", [1, 2])
 def test_a_second_batch_of_a_lane_waits_for_the_first(
     client: TestClient[Any],
