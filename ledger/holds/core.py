@@ -122,13 +122,11 @@ class HoldCore:
         most `max_output_tokens` x n) is 422 `model_limit_exceeded` unless `limits` is
         False. With `conn` (a locked path's transaction) the version is read on it when
         not cached; without, from the price cache (or a connection of its own)."""
-        if conn is None:
-            price = await self.prices.model_price(currency=currency, model=model, version=version)
-        else:
-            document = await self.prices.document(conn, version)
         try:
-            if conn is not None:
-                price = document.model(model)
+            if conn is None:
+                price = await self.prices.model_price(currency=currency, model=model, version=version)
+            else:
+                price = (await self.prices.document(conn, version)).model(model)
             if limits:
                 check_usage_limits(price, usage, n=n)
             return compute_charge(price, usage) if charge else None
