@@ -37,7 +37,9 @@ CREATE OR REPLACE FUNCTION ledger_hold_batch(ops jsonb)
   -- One plan per statement per connection, made once (0017): every statement below is in
   -- a form whose only plan probes an index by the batch's own keys, whatever size the
   -- tables had when the plan was made (no join against a table, no condition a
-  -- wider index scan could satisfy instead).
+  -- wider index scan could satisfy instead). The budget functions it calls
+  -- (`ledger_budget_hold`, `ledger_budget_move`: a primary-key probe each) run under
+  -- these settings too.
   SET plan_cache_mode = force_generic_plan
   AS $$
 DECLARE
