@@ -147,8 +147,11 @@ class Service:
             self.proc.wait()
 
 
-async def create_accounts(base: str, accounts: int, concurrency: int = 16) -> float:
-    """Create and fund `accounts` spread accounts and the hot one through the admin API; seconds taken."""
+async def create_accounts(
+    base: str, accounts: int, concurrency: int = 16, budget_key: str | None = None, grant: bool = False
+) -> float:
+    """Create and fund `accounts` spread accounts and the hot one through the admin API, with a
+    budget for `budget_key` and a live grant on the hot one if asked; seconds taken."""
     started = time.monotonic()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     gate = asyncio.Semaphore(concurrency)
@@ -171,6 +174,21 @@ async def create_accounts(base: str, accounts: int, concurrency: int = 16) -> fl
 
         jobs = [one(f"{ACCOUNT_PREFIX}{i:04d}", SPREAD_DEPOSIT) for i in range(accounts)]
         await asyncio.gather(*jobs, one(HOT_ACCOUNT, HOT_DEPOSIT))
+        if budget_key is not None:
+            budget = {"amount": "1000000000", "period": "monthly", "reason": "bench"}
+            put = await client.put(f"/admin/v1/accounts/{HOT_ACCOUNT}/budgets/{budget_key}", json=budget)
+            if put.status_code != 200:
+                raise RuntimeError(f"budget {budget_key}: {put.status_code} {put.text[:300]}")
+        if grant:
+            body = {
+                "idempotency_key": "bench-grant",
+                "amount": "1000000",
+                "expires_at": "2100-01-01T00:00:00Z",
+                "reason": "bench",
+            }
+            made = await client.post(f"/admin/v1/accounts/{HOT_ACCOUNT}/grants", json=body)
+            if made.status_code not in (200, 201):
+                raise RuntimeError(f"grant: {made.status_code} {made.text[:300]}")
     return time.monotonic() - started
 
 
@@ -550,6 +568,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="then run spread for this many seconds, sampling the service's RSS (make bench: 300)",
     )
+    parser.add_argument(
+        "--grant",
+        action="store_true",
+        help="the hot account also has a large live grant, so every settle on it is paid by the grant",
+    )
+    parser.add_argument(
+        "--budget-key",
+        default=None,
+        help="every reserve names this budget key (the hot account's has a budget that never refuses)",
+    )
     return parser.parse_args(argv)
 
 
@@ -667,7 +695,10 @@ def main(argv: list[str] | None = None) -> int:
         postmaster = find_postmaster(args.server_url)
         service.start()
         service.wait_ready()
-        setup_s = asyncio.run(create_accounts(service.base, args.accounts))
+        if args.budget_key is not None:
+            os.environ["BENCH_BUDGET_KEY"] = args.budget_key  # read by holds_cycle.lua (wrk's environment)
+        made = create_accounts(service.base, args.accounts, budget_key=args.budget_key, grant=args.grant)
+        setup_s = asyncio.run(made)
         # As pgbench -i does after loading: vacuum and analyze the freshly loaded tables, so the
         # first workload does not run beside autovacuum and autoanalyze of the setup.
         admin_sql(with_database(args.server_url, db), "VACUUM ANALYZE")
@@ -721,6 +752,8 @@ def main(argv: list[str] | None = None) -> int:
             "profile": args.profile,
             "workers": args.workers,
             "rounds": args.rounds,
+            "budget_key": args.budget_key,
+            "grant": args.grant,
         },
         "setup": {"accounts": args.accounts + 1, "seconds": round(setup_s, 2)},
         "integrity": integrity,
@@ -729,7 +762,6 @@ def main(argv: list[str] | None = None) -> int:
             "processes": processes,
             "code": code_version(),
             "lanes": os.environ.get("LEDGER_BATCH_LANES"),
-            "depth": os.environ.get("LEDGER_BATCH_DEPTH"),
             "pipeline": os.environ.get("LEDGER_BATCH_PIPELINE"),
         },
         "medians": medians(runs),

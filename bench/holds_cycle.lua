@@ -10,7 +10,8 @@
 -- optionally a pace: cycles per second per connection (0 or absent: as fast as
 -- the service answers). Paced, each connection starts a cycle every 1/pace s
 -- (wrk's delay(), in whole milliseconds), with its phase spread at random.
--- done() writes the samples to the file named by $BENCH_SAMPLES.
+-- done() writes the samples to the file named by $BENCH_SAMPLES. With $BENCH_BUDGET_KEY
+-- set, every reserve names that budget key.
 --
 -- wrk measures latency per request but cannot tell a reserve from a settle, so
 -- the script times each request itself (CLOCK_MONOTONIC through LuaJIT's ffi,
@@ -35,6 +36,8 @@ end
 local mode, accounts, prefix, tag, token = "spread", 1, "bench-", "x", "bench-gw"
 local headers = {}
 local settle_body = '{"usage":{"prompt_tokens":1200,"completion_tokens":180}}'
+local budget_key = os.getenv("BENCH_BUDGET_KEY")
+local budget_field = budget_key and string.format(',"budget_key":"%s"', budget_key) or ""
 
 -- Per-thread state (each wrk thread has its own Lua state).
 tid = 0
@@ -110,8 +113,8 @@ function request()
     account = string.format("%s%04d", prefix, math.random(0, accounts - 1))
   end
   local body = string.format(
-    '{"account_id":"%s","idempotency_key":"%s-%d-%d","model":"gpt-5-mini","max_output_tokens":256}',
-    account, tag, tid, counter)
+    '{"account_id":"%s","idempotency_key":"%s-%d-%d","model":"gpt-5-mini","max_output_tokens":256%s}',
+    account, tag, tid, counter, budget_field)
   started = now_us()
   return wrk.format("POST", "/v1/holds", headers, body)
 end

@@ -30,11 +30,11 @@ from ledger.errors import TooManyRequests
 from ledger.grants.controller import AdminGrantController
 from ledger.grants.service import GrantService
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
+from ledger.holds.fastlane import FastLane
 from ledger.holds.service import HoldService
 from ledger.http.admission import admit
 from ledger.http.auth import TokenRegistry
 from ledger.http.errors import handle_exception
-from ledger.http.fastlane import FastLane
 from ledger.http.methods import ALLOWED, allowed_methods, options_middleware
 from ledger.http.middleware import request_context_middleware
 from ledger.http.throttle import AuthThrottle, throttled_response
@@ -150,7 +150,7 @@ def create_app(
     )
     app.state[ALLOWED] = allowed_methods(app)
     if settings.fast_lane and not tracing.enabled(settings):
-        # The gateway's reserve, settle and release, ahead of the router (ledger.http.fastlane);
+        # The gateway's reserve, settle and release, ahead of the router (ledger.holds.fastlane);
         # with tracing on they go through the router, so that the plugin traces them too.
         app.asgi_handler = FastLane(app, app.asgi_handler)
     # Outside the router, so that its own 404 and 405 under /console carry the headers too.

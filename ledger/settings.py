@@ -61,8 +61,7 @@ class Settings:
     db_pool_size: int
     db_max_overflow: int
     batch_lanes: int  # group-commit lanes per process (an account's operations always share one)
-    batch_depth: int  # batches in flight per lane, each on its own connection (default 1)
-    batch_pipeline: int  # with depth 1: batches in flight on the lane's one connection (pipeline mode)
+    batch_pipeline: int  # batches in flight on a lane's one connection (pipeline mode)
     reconcile_grace_seconds: int
     reconcile_batch_size: int
     default_hold_ttl_seconds: int
@@ -135,7 +134,7 @@ class Settings:
     webhook_allow_http: bool = False
     webhook_allowed_networks: tuple[Network, ...] = ()
     # The gateway's reserve, settle and release served ahead of the framework
-    # (ledger.http.fastlane); off: every request goes through Litestar's routing.
+    # (ledger.holds.fastlane); off: every request goes through Litestar's routing.
     fast_lane: bool = True
     # GET /metrics reads the ledger-level figures (ledger.figures) at most once per this many
     # seconds per process; scrapes in between get the last read. 0: read at every scrape.
@@ -257,7 +256,6 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         db_pool_size=_int(env, "LEDGER_DB_POOL_SIZE", 20, minimum=1),
         db_max_overflow=_int(env, "LEDGER_DB_MAX_OVERFLOW", 10, minimum=0),
         batch_lanes=_int(env, "LEDGER_BATCH_LANES", 1, minimum=1),
-        batch_depth=_int(env, "LEDGER_BATCH_DEPTH", 1, minimum=1),
         batch_pipeline=_int(env, "LEDGER_BATCH_PIPELINE", 2, minimum=1),
         # Embedded (development) mode waits 5 s past expiry before reconciling, so the
         # orphaned-hold demo finishes in seconds; a configured deployment waits 60 s.

@@ -13,7 +13,7 @@ Invariants:
 - The packages are the optional extra `ledger[otel]`; they are imported here lazily, and
   only when the endpoint is set. Set without them, the service refuses to start
   (`TracingUnavailable`) rather than run untraced while the operator believes otherwise.
-- The fast lane (`ledger.http.fastlane`) answers reserve, settle and release ahead of
+- The fast lane (`ledger.holds.fastlane`) answers reserve, settle and release ahead of
   Litestar's routing, so outside the plugin's middleware: with tracing on, `create_app`
   leaves it off, and every request, those three included, is traced.
 - One tracer provider per process (`start` is idempotent); `stop` flushes and shuts it

@@ -6,10 +6,10 @@ is tracked from the first use, so finance can budget a key that is already in us
 
 Invariants:
 - a reserve naming a key with a budget succeeds only if the key's current-period spend
-  plus its unresolved holds plus the new hold stay within the budget; checked and held in
-  the reserve's one statement under the account lock, then the budget row lock, so
-  parallel reserves on one key can never together pass it (402 `budget_exceeded`,
-  nothing held);
+  plus its unresolved holds plus the new hold stay within the budget; checked and held by
+  the batch function (`ledger_budget_hold`) under the account lock, then the budget row
+  lock, so parallel reserves on one key can never together pass it (402
+  `budget_exceeded`, nothing held); when funds are short too, 402 `insufficient_funds`;
 - `held` of a key is the sum of its unresolved holds: a settle or release takes the hold
   out, a settle's charge (and a true-up's difference) is added to the spend;
 - the database refuses negative spend or held, a budget <= 0, a threshold outside (0, 1];
@@ -115,9 +115,11 @@ def parse_terms(body: SetBudget) -> tuple[Decimal | None, str | None, Decimal | 
     return amount, body.period, threshold
 
 
-def exceeded(row: Any, *, budget_key: str, required: Decimal, currency: str) -> BudgetExceeded:
-    """The 402 of a reserve refused by its key's budget (`row`: the reserve statement's numbers)."""
-    budget, spent, held = row.budget_amount, row.budget_spent, row.budget_held
+def exceeded(detail: dict[str, Any], *, budget_key: str, required: Decimal, currency: str) -> BudgetExceeded:
+    """The 402 of a reserve refused by its key's budget (`detail`: what `ledger_budget_hold`
+    answered: budget, spent and held in the current period, its first and after-last days)."""
+    budget, spent, held = Decimal(detail["budget"]), Decimal(detail["spent"]), Decimal(detail["held"])
+    start, end = detail["period_start"], detail["period_end"]
     return BudgetExceeded(
         f"reservation of {format_amount(required)} {currency} would take budget key {budget_key!r} past its "
         f"budget of {format_amount(budget)} {currency} (spent {format_amount(spent)}, held "
@@ -130,8 +132,8 @@ def exceeded(row: Any, *, budget_key: str, required: Decimal, currency: str) -> 
             "held": format_amount(held),
             "required": format_amount(required),
             "currency": currency,
-            "period_start": day_start(row.budget_period_start),
-            "period_end": day_start(row.budget_period_end),
+            "period_start": day_start(None if start is None else date.fromisoformat(start)),
+            "period_end": day_start(None if end is None else date.fromisoformat(end)),
         },
     )
 
@@ -153,8 +155,20 @@ def report_alert(
 
 
 def report_movement(row: Any | None) -> None:
-    """Report the alert of a movement row (`repository.move`), if it raised one."""
-    if row is not None and row.alerted:
+    """Report the alert of a movement (`repository.move`'s row, or the `budget_alert` of a
+    batched settle's detail), if it raised one."""
+    if row is None:
+        return
+    if isinstance(row, dict):
+        report_alert(
+            account_id=row["account_id"],
+            budget_key=row["budget_key"],
+            amount=Decimal(row["amount"]),
+            period=row["period"],
+            threshold=Decimal(row["alert_threshold"]),
+            spent=Decimal(row["period_spent"]),
+        )
+    elif row.alerted:
         report_alert(
             account_id=row.account_id,
             budget_key=row.budget_key,

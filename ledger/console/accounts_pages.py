@@ -49,7 +49,7 @@ from ledger.db import read_only
 from ledger.errors import LedgerError, ValidationFailed
 from ledger.grants.schemas import PAID, PROMOTIONAL, GrantRequest
 from ledger.grants.service import grant_view
-from ledger.holds.service import view as hold_view
+from ledger.holds.views import view as hold_view
 from ledger.http.body import validation_param
 from ledger.http.query import Cursor, timestamp
 from ledger.http.request import actor_of

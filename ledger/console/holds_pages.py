@@ -21,8 +21,8 @@ from ledger.console.auth import console_guard
 from ledger.console.rendering import HANDLERS, PAGE, holds_of, page
 from ledger.db import read_only
 from ledger.errors import ValidationFailed
-from ledger.holds.service import hold_id_of
-from ledger.holds.service import view as hold_view
+from ledger.holds.views import hold_id_of
+from ledger.holds.views import view as hold_view
 from ledger.http.query import Cursor
 from ledger.ids import parse_uuid
 from ledger.schemas import iso

@@ -1,4 +1,4 @@
-"""Every SQL statement of the grants domain, and the consumption CTEs the settle shares.
+"""Every SQL statement of the grants domain.
 
 Lock order, as everywhere: the account row first (FOR UPDATE), then its grant rows,
 always in consumption order (priority, expires_at, id), so two settles of one account
@@ -24,20 +24,18 @@ GRANT_COLUMNS = (
 )
 
 
-def consumption_ctes(account: str, need: str, *, joined: str = "", gate: str = "true") -> str:
+def consumption_ctes(account: str, need: str) -> str:
     """Two CTEs, `gl` and `take`: how much of a charge `need` each live grant pays.
 
-    `account` and `need` are SQL expressions (the account id, the amount to cover);
-    `joined` names a CTE the expressions read (e.g. the settle's locked hold `l`) and
-    `gate` a condition that must hold for any grant to be taken. `gl` locks the
+    `account` and `need` are SQL expressions (the account id, the amount to cover). `gl` locks the
     account's live grants (remaining > 0, not expired at this transaction's now()) in
     consumption order, FOR UPDATE: the caller has locked the account row first.
     `take` gives each of them min(remaining, what is still uncovered after the grants
     before it) - zero once the charge is covered.
     """
     return f"""gl AS (
-      SELECT g.id, g.remaining, g.priority, g.expires_at FROM {joined + ", " if joined else ""}grants g
-       WHERE g.account_id = {account} AND g.remaining > 0 AND g.expires_at > now() AND ({gate})
+      SELECT g.id, g.remaining, g.priority, g.expires_at FROM grants g
+       WHERE g.account_id = {account} AND g.remaining > 0 AND g.expires_at > now()
        ORDER BY g.priority, g.expires_at, g.id
        FOR UPDATE OF g
     ), take AS (

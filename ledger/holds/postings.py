@@ -1,4 +1,7 @@
-"""The journal legs of each hold operation (the README has the same table).
+"""The journal legs of the hold operations of the locked path (the README has the same table).
+
+The batch function `ledger_hold_batch` writes the same legs for what it decides
+(reserve, a settle that no grant pays, release); the locked path writes these.
 
 H = the hold's reserved amount, X = the charge, R = a revenue shard of the currency.
 
@@ -31,10 +34,6 @@ from ledger.journal.postings import Leg, grant_book, revenue_account
 from pricing.money import EXACT, add
 
 GrantTakes = Sequence[tuple[UUID, Decimal]]
-
-
-def reserve_legs(account_id: str, amount: Decimal) -> list[Leg]:
-    return [Leg(account_id, -amount, "main"), Leg(account_id, amount, "hold")]
 
 
 def _from_grants(account_id: str, takes: GrantTakes) -> tuple[Decimal, list[Leg]]:

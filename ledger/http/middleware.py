@@ -1,6 +1,6 @@
 """ASGI middleware: a request id on every log line and response, and per-route metrics.
 
-`begin` and `finish` are the two halves, shared with `ledger.http.fastlane` (which
+`begin` and `finish` are the two halves, shared with `ledger.holds.fastlane` (which
 serves the gateway's hot calls before the framework and must log and count them
 exactly as this middleware does).
 

@@ -36,7 +36,8 @@ from ledger.audit import repository as audit
 from ledger.context import RECONCILER, Actor
 from ledger.db import RETRYABLE_SQLSTATES, is_unreachable, read_only, sqlstate, transaction
 from ledger.errors import LedgerError, ValidationFailed
-from ledger.holds.service import HoldService, parse
+from ledger.holds.service import HoldService
+from ledger.holds.views import parse
 from ledger.ids import parse_uuid, uuid7
 from ledger.metrics import MONEY_MOVEMENTS
 from ledger.reconciliation import repository

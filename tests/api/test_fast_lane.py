@@ -1,4 +1,4 @@
-"""The fast lane (`ledger.http.fastlane`) answers exactly as the framework does.
+"""The fast lane (`ledger.holds.fastlane`) answers exactly as the framework does.
 
 Two apps on one database: `client` (the fast lane on, the default) and `framework`
 (`LEDGER_FAST_LANE=0`: every request through Litestar's routing, guards, admission and

@@ -5,7 +5,7 @@ statements, and of the triggers they fire, is planned once per connection and ke
 plan made while the tables are empty must still be right when they hold millions of
 rows, so on a new database (empty holds, grants and journal) this test makes the
 function plan every statement it has (reserves, a key replay, an unknown account,
-settles and a release), reads each plan through auto_explain, and refuses any
+settles and releases, with and without a budget key), reads each plan through auto_explain, and refuses any
 plan that reads one of the big tables other than through an index condition: a
 sequential scan, or an index scanned whole with the batch's keys only as a filter.
 
@@ -33,7 +33,7 @@ from ledger.settings import load_settings, normalize_database_url
 from tests import pg
 from tests.conftest import TEST_ENV, new_id, open_account, publish, simple_document
 
-BIG = {"accounts", "account_alerts", "holds", "grants", "journal_transactions", "journal_entries"}
+BIG = {"accounts", "account_alerts", "holds", "grants", "journal_transactions", "journal_entries", "budgets"}
 # What runs at the batch's commit: its plans are read too (their context names the trigger function).
 AT_COMMIT = ("ledger_check_transaction_balanced", "ledger_hold_journal_check", "ledger_alert_crossing")
 CALL = "SELECT b.op_index, b.op_outcome, (b.op_hold).id FROM ledger_hold_batch(CAST(%s AS jsonb)) AS b"
@@ -50,12 +50,14 @@ def empty(pg_admin_url: str) -> Iterator[str]:
         pg.drop_database(pg_admin_url, name)
 
 
-def reserve(account: str, version: str, *, key: str | None = None) -> dict[str, Any]:
+def reserve(
+    account: str, version: str, *, key: str | None = None, budget: str | None = None
+) -> dict[str, Any]:
     return {
         "op": "reserve", "id": str(uuid7()), "account_id": account, "key": key or new_id("k"),
         "request_hash": "h", "model": "t-simple", "price_version": version, "currency": "USD",
         "amount": "1", "reservation": {"amount": "1"}, "ttl": 60, "metadata": {},
-        "pinned": False, "actor": "gateway:test",
+        "pinned": False, "actor": "gateway:test", "budget_key": budget,
     }  # fmt: skip
 
 
@@ -96,12 +98,14 @@ def test_every_plan_of_the_batch_probes_an_index_by_the_batch_s_keys(empty: str)
         plain, other = open_account(client, "10"), open_account(client, "10")
 
     plans: list[tuple[str, dict[str, Any]]] = []
+    contexts: list[str] = []  # each plan's whole context: the functions the batch called too
 
     def collect(diag: psycopg.errors.Diagnostic) -> None:
         message, context = diag.message_primary or "", diag.context or ""
         if "plan:" in message and any(name in context for name in ("ledger_hold_batch", *AT_COMMIT)):
             lines = context.splitlines()  # the statement, ..., the function that ran it
             plans.append((f"{lines[0]} | {lines[-1]}", json.loads(message.split("plan:", 1)[1])))
+            contexts.append(context)
 
     with psycopg.connect(empty, autocommit=True) as conn:
         # Statistics of the empty tables, as autovacuum (or a VACUUM after loading) leaves them:
@@ -125,17 +129,28 @@ def test_every_plan_of_the_batch_probes_an_index_by_the_batch_s_keys(empty: str)
             return sorted(conn.execute(CALL, (json.dumps(list(ops)),)).fetchall())  # in op order
 
         key = new_id("k")
-        made = batch(reserve(plain, version, key=key), reserve(other, version), reserve("nobody", version))
+        made = batch(
+            reserve(plain, version, key=key),
+            reserve(other, version, budget="proj"),  # its budget row is made on first use
+            reserve("nobody", version),
+        )
         assert [row[1] for row in made] == ["created", "created", "no_account"]
+        budgeted = batch(reserve(other, version, budget="proj"))  # the row exists now
+        assert [row[1] for row in budgeted] == ["created"]
         replay = batch(reserve(plain, version, key=key), reserve(plain, version))
         assert [row[1] for row in replay] == ["exists", "created"]
         done = batch(
-            settle(str(made[0][2])), settle(str(made[1][2])), {**settle(str(replay[1][2])), "op": "release"}
+            settle(str(made[0][2])),
+            settle(str(made[1][2])),  # budgeted: moves its budget
+            {**settle(str(replay[1][2])), "op": "release"},
+            {**settle(str(budgeted[0][2])), "op": "release"},  # budgeted
         )
-        assert [row[1] for row in done] == ["settled", "settled", "released"]
+        assert [row[1] for row in done] == ["settled", "settled", "released", "released"]
 
     statements = {text for text, _ in plans}
     assert len(statements) >= 10, statements  # the function's own statements and its triggers'
+    budgeted = ("ledger_budget_hold", "ledger_budget_move")
+    assert all(any(name in context for context in contexts) for name in budgeted), contexts
     planned = {name for name in AT_COMMIT if any(name in text for text in statements)}
     assert planned == set(AT_COMMIT), statements  # each check at commit made its plans too
     bad = {text: found for text, plan in plans if (found := unbounded(plan))}

@@ -1,11 +1,14 @@
-"""Migrations 0020, 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
+"""Migrations 0023, 0020, 0019, 0018, 0017, 0016 and 0015 go down to the functions before them and up again.
 
 Their downgrades read those functions from the migrations that wrote them
-(`migrations.functions.defined_by`).
+(`migrations.functions.defined_by`), or from the bodies recorded in `sql_functions`
+(`migrations.functions.install`, from 0023 on). At head, every function of
+migrations/sql/ is in the database exactly as its file says.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import psycopg
@@ -14,6 +17,7 @@ from alembic import command
 
 from ledger.db import alembic_config, migrate
 from ledger.settings import normalize_database_url
+from migrations.functions import SQL, defined_by, sha256
 from tests import pg
 
 
@@ -163,3 +167,69 @@ def test_0020_downgrades_to_0017_s_batch_function_and_upgrades_again(scratch: st
     assert lapsed_function() == 0
     migrate(url)
     assert sources(scratch) == head
+
+
+def file_functions() -> dict[str, tuple[str, str]]:
+    """Each migrations/sql/ file: its function's name, its body (between the dollar quotes), the file."""
+    found = {}
+    for path in sorted(SQL.glob("*.sql")):
+        statement = path.read_text()
+        match = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(.*?\bAS \$\$(.*)\$\$;\s*\Z", statement, re.S)
+        assert match is not None, f"{path.name} is not one CREATE OR REPLACE FUNCTION ... $$; statement"
+        assert match.group(1) == path.stem, f"{path.name} defines {match.group(1)}"
+        found[path.stem] = (match.group(2), statement)
+    return found
+
+
+def test_at_head_every_function_in_migrations_sql_has_exactly_its_file_s_body(scratch: str) -> None:
+    migrate(normalize_database_url(scratch))
+    files = file_functions()
+    assert "ledger_hold_batch" in files and "ledger_budget_move" in files
+    with psycopg.connect(scratch) as conn:
+        installed = dict(
+            conn.execute(
+                "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY (%s)", (list(files),)
+            ).fetchall()
+        )
+        recorded = {
+            name: (sha, body)
+            for name, sha, body in conn.execute(
+                "SELECT DISTINCT ON (name) name, sha256, body FROM sql_functions "
+                "ORDER BY name, installed_at DESC"
+            ).fetchall()
+        }
+    for name, (body, statement) in files.items():
+        assert installed.get(name) == body, f"{name} in the database is not its file's"
+        assert recorded[name] == (sha256(statement), statement), f"{name}: its record is not its file's"
+
+
+def test_0023_downgrades_to_0020_s_batch_function_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+    head = sources(scratch)
+    assert "ledger_budget_hold" in head["ledger_hold_batch"][0]
+
+    def budget_functions() -> list[str]:
+        with psycopg.connect(scratch) as conn:
+            rows = conn.execute(
+                "SELECT proname FROM pg_proc WHERE proname LIKE 'ledger_budget%%' ORDER BY proname"
+            ).fetchall()
+        return [name for (name,) in rows]
+
+    def registry() -> bool:
+        with psycopg.connect(scratch) as conn:
+            return conn.execute("SELECT to_regclass('sql_functions') IS NOT NULL").fetchone() == (True,)
+
+    assert len(budget_functions()) == 7 and registry()
+    command.downgrade(alembic_config(url), "0022")
+    previous = sources(scratch)
+    assert (
+        previous["ledger_hold_batch"][0]
+        == defined_by("0020_grants_lapse_at_expiry.py", "ledger_hold_batch")
+        .split("AS $$", 1)[1]
+        .rsplit("$$;", 1)[0]
+    )
+    assert budget_functions() == [] and not registry()
+    migrate(url)
+    assert sources(scratch) == head
+    assert len(budget_functions()) == 7 and registry()

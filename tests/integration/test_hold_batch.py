@@ -4,10 +4,10 @@ Several operations submitted together travel in one `ledger_hold_batch` call: ea
 its own exact outcome, holds on one account are checked against available funds in
 arrival order, one operation the database refuses never fails its neighbours, and
 calling the function directly cannot write what the triggers refuse. The tests that
-submit one batch run on both kinds of lane: the plain one (`pipeline=1`) and the
-pipelined one (the default, `LEDGER_BATCH_PIPELINE=2`); the last tests are the
-pipelined lane's own (two batches in flight on one connection, a refused batch among
-them, a retried deadlock, a connection lost under a batch).
+submit one batch run with one batch in flight per lane (`pipeline=1`) and with two (the
+default, `LEDGER_BATCH_PIPELINE=2`); the last tests are the pipeline's own (two batches
+in flight on one connection, a refused batch among them, a retried deadlock, a
+connection lost under a batch).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from litestar.testing import TestClient
 
 from ledger.errors import DatabaseUnavailable
-from ledger.holds.batch import HoldBatcher, PipelineLane
+from ledger.holds.batch import HoldBatcher, Lane
 from ledger.ids import uuid7
 from ledger.metrics import HOLD_BATCH_SIZE
 from tests.conftest import assert_integrity, fresh_currency, new_id, publish, simple_document
@@ -79,7 +79,7 @@ def settle_op(world: dict[str, Any], hold: Any, charged: str, **changes: Any) ->
 
 @pytest.fixture(params=[1, 2], ids=["lane", "pipelined"])
 def pipeline(request: pytest.FixtureRequest) -> int:
-    """LEDGER_BATCH_PIPELINE: 1 is the plain lane, 2 (the default) the pipelined one."""
+    """LEDGER_BATCH_PIPELINE: batches in flight on a lane's connection (default 2)."""
     return int(request.param)
 
 
@@ -235,25 +235,114 @@ async def lock_waiters(database: str, count: int) -> None:
     raise AssertionError(f"{count} batch(es) never waited for the lock")
 
 
-@pytest.mark.parametrize(("depth", "pipeline"), [(1, 1), (1, 2), (2, 1)])
-def test_a_second_batch_runs_while_the_first_waits_for_its_account_only_with_depth_two(
+def budget_row(sql: psycopg.Connection[Any], account: str, key: str) -> tuple[Decimal, Decimal] | None:
+    """(held, period spend) of a key's budget row, or None."""
+    row = sql.execute(
+        "SELECT b.held, ledger_budget_period_spent(b) FROM budgets b "
+        "WHERE account_id = %s AND budget_key = %s",
+        (account, key),
+    ).fetchone()
+    sql.rollback()
+    return None if row is None else (row[0], row[1])
+
+
+def set_budget(
+    sql: psycopg.Connection[Any], account: str, key: str, amount: str, threshold: str | None
+) -> None:
+    sql.execute(
+        "INSERT INTO budgets (account_id, budget_key, amount, period, alert_threshold, day_start, "
+        "week_start, month_start) VALUES (%s, %s, %s, 'daily', %s, ledger_budget_window('day', now()), "
+        "ledger_budget_window('week', now()), ledger_budget_window('month', now()))",
+        (account, key, Decimal(amount), None if threshold is None else Decimal(threshold)),
+    )
+    sql.commit()
+
+
+def test_budgeted_reserves_are_checked_in_arrival_order_after_the_funds(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
+) -> None:
+    set_budget(sql, world["account"], "proj", "2.5", None)
+    rows = together(
+        database,
+        reserve_op(world, "1", budget_key="proj"),
+        reserve_op(world, "1", budget_key="proj"),
+        reserve_op(world, "1", budget_key="proj"),  # 2 held + 1 > 2.5: the budget refuses
+        reserve_op(world, "1", budget_key="new-key"),  # no budget: unlimited, its row made on first use
+        reserve_op(world, "1", budget_key="proj"),  # funds (3 - 3 held) and budget both refuse: funds
+        account=world["account"],
+        pipeline=pipeline,
+    )
+    assert [r.op_outcome for r in rows] == ["created", "created", "budget", "created", "insufficient"]
+    assert rows[2].op_detail == {
+        "budget": "2.500000000000",
+        "spent": "0.000000000000",
+        "held": "2.000000000000",
+        "period_start": rows[2].op_detail["period_start"],
+        "period_end": rows[2].op_detail["period_end"],
+    }
+    assert rows[2].op_detail["period_start"] < rows[2].op_detail["period_end"]
+    assert rows[0].budget_key == "proj" and rows[3].budget_key == "new-key"
+    assert budget_row(sql, world["account"], "proj") == (Decimal(2), Decimal(0))
+    assert budget_row(sql, world["account"], "new-key") == (Decimal(1), Decimal(0))
+    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(3))
+    assert_integrity(client)
+
+
+def test_a_budgeted_settle_and_release_move_the_budget_and_the_alert_comes_back_once(
+    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any], pipeline: int
+) -> None:
+    set_budget(sql, world["account"], "proj", "2", "0.5")
+    a, b, c = together(
+        database, *(reserve_op(world, "0.5", budget_key="proj") for _ in range(3)), account=world["account"]
+    )
+    first, released = together(
+        database,
+        settle_op(world, a, "0.6"),
+        {"op": "release", "id": b.id, "actor": "gateway:test"},
+        account=world["account"],
+        pipeline=pipeline,
+    )
+    assert (first.op_outcome, released.op_outcome) == ("settled", "released")
+    assert first.op_detail is None  # 0.6 < 0.5 x 2: no alert yet
+    (second,) = together(database, settle_op(world, c, "0.5"), account=world["account"], pipeline=pipeline)
+    assert second.op_outcome == "settled"
+    assert second.op_detail == {
+        "budget_alert": {
+            "account_id": world["account"],
+            "budget_key": "proj",
+            "amount": "2.000000000000",
+            "period": "daily",
+            "alert_threshold": "0.500000000000",
+            "period_spent": "1.100000000000",
+        }
+    }
+    assert budget_row(sql, world["account"], "proj") == (Decimal(0), Decimal("1.1"))
+    (d,) = together(database, reserve_op(world, "0.5", budget_key="proj"), account=world["account"])
+    (third,) = together(database, settle_op(world, d, "0.1"), account=world["account"], pipeline=pipeline)
+    assert (third.op_outcome, third.op_detail) == ("settled", None)  # once per period
+    assert budget_row(sql, world["account"], "proj") == (Decimal(0), Decimal("1.2"))
+    assert_integrity(client)
+
+
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_a_second_batch_of_a_lane_waits_for_the_first(
     client: TestClient[Any],
     world: dict[str, Any],
     make_account: Any,
     database: str,
     sql: psycopg.Connection[Any],
-    depth: int,
     pipeline: int,
 ) -> None:
+    """A lane's batches run one after the other on its one connection, even for other accounts."""
     other = {**world, "account": make_account("3", currency=world["currency"])}
 
     async def run() -> tuple[Any, Any, bool]:
-        batcher = HoldBatcher(database, lanes=1, depth=depth, pipeline=pipeline)
+        batcher = HoldBatcher(database, lanes=1, pipeline=pipeline)
         try:
             first = asyncio.ensure_future(batcher.submit(reserve_op(world, "1"), world["account"]))
             await lock_waiters(database, 1)  # the first batch waits for the account that sql holds
             second = asyncio.ensure_future(batcher.submit(reserve_op(other, "1"), other["account"]))
-            done, _ = await asyncio.wait({second}, timeout=2 if depth == 1 else 60)
+            done, _ = await asyncio.wait({second}, timeout=2)
             answered_while_first_waited = second in done and not first.done()
             sql.rollback()  # the first batch's account is free again
             return await first, await second, answered_while_first_waited
@@ -263,36 +352,9 @@ def test_a_second_batch_runs_while_the_first_waits_for_its_account_only_with_dep
     sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
     first, second, overlapped = asyncio.run(run())
     assert (first.op_outcome, second.op_outcome) == ("created", "created")
-    # depth 1: one batch in flight, so the second waits for the first; depth 2: it went
-    # to the database on the lane's second connection and committed meanwhile.
-    assert overlapped is (depth == 2)
+    assert overlapped is False
     assert account_row(sql, world["account"]) == (Decimal(3), Decimal(1))
     assert account_row(sql, other["account"]) == (Decimal(3), Decimal(1))
-    assert_integrity(client)
-
-
-def test_two_batches_in_flight_on_one_account_never_overspend(
-    client: TestClient[Any], world: dict[str, Any], database: str, sql: psycopg.Connection[Any]
-) -> None:
-    async def run() -> list[Any]:
-        batcher = HoldBatcher(database, lanes=1, depth=2)
-        try:
-            first = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
-            await lock_waiters(database, 1)
-            # As many operations as the batch in flight: a second batch, on the second
-            # connection, waits for the same account's lock behind the first.
-            second = asyncio.ensure_future(batcher.submit(reserve_op(world, "2"), world["account"]))
-            await lock_waiters(database, 2)
-            sql.rollback()
-            return [await first, await second]
-        finally:
-            await batcher.close()
-
-    sql.execute("SELECT 1 FROM accounts WHERE id = %s FOR UPDATE", (world["account"],))
-    first, second = asyncio.run(run())
-    # Each batch decides under the account's lock, as the other left it: 3 covers one hold of 2.
-    assert sorted([first.op_outcome, second.op_outcome]) == ["created", "insufficient"]
-    assert account_row(sql, world["account"]) == (Decimal(3), Decimal(2))
     assert_integrity(client)
 
 
@@ -300,18 +362,18 @@ def test_two_batches_in_flight_on_one_account_never_overspend(
 
 
 @asynccontextmanager
-async def pipelined(database: str) -> AsyncIterator[tuple[HoldBatcher, PipelineLane]]:
+async def pipelined(database: str) -> AsyncIterator[tuple[HoldBatcher, Lane]]:
     """A batcher of one pipelined lane, closed (within 10 s) when the block ends."""
     batcher = HoldBatcher(database, lanes=1)
     (lane,) = batcher.lanes
-    assert isinstance(lane, PipelineLane)
+    assert isinstance(lane, Lane)
     try:
         yield batcher, lane
     finally:
         await asyncio.wait_for(batcher.close(), 10)
 
 
-async def until_in_flight(lane: PipelineLane, count: int) -> None:
+async def until_in_flight(lane: Lane, count: int) -> None:
     for _ in range(500):
         if lane.in_flight >= count:
             return

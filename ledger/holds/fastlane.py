@@ -3,8 +3,8 @@
 Reserve (`POST /v1/holds`), settle (`POST /v1/holds/{id}/settle`) and release
 (`POST /v1/holds/{id}/release`) are the billing cost of every model request. Through
 Litestar each pays for routing, a `Request`, the guard (Litestar copies the handler
-for each guard), the `before_request` hook, a signature model and a `Response`; that
-was about a third of the service's CPU per call. `FastLane` is the app's
+for each guard), the `before_request` hook, a signature model and a `Response`.
+`FastLane` is the app's
 `asgi_handler` (in front of Litestar's router) and serves those calls itself when,
 and only when, the framework's answer would be to run the handler:
 

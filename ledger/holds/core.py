@@ -1,0 +1,202 @@
+"""What every part of the hold service shares: its connections, caches, reads and pricing.
+
+`HoldCore` holds the engine (transactions of the locked path), the autocommit engine
+(single reads), the group-commit batcher (`ledger.holds.batch`) and the process's
+caches: an account's currency and a hold's terms never change once written, and the
+active price version per currency is re-checked by the batch under the account lock.
+
+`price_usage` is the one place the hold operations price usage: the price of the hold's
+pinned version, its model's limits, the charge, each refusal of the pricing engine
+translated into the ledger's errors.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ledger.audit import repository as audit
+from ledger.context import Actor
+from ledger.db import engine_conninfo, read_only
+from ledger.errors import HoldNotFound
+from ledger.holds import repository
+from ledger.holds.batch import HoldBatcher
+from ledger.holds.postings import moves_money
+from ledger.holds.schemas import Hold
+from ledger.holds.views import HoldTerms, hold_id_of, view
+from ledger.ids import parse_uuid
+from ledger.journal import repository as journal
+from ledger.journal.postings import Leg
+from ledger.metrics import OVERAGE_FLAGGED
+from ledger.prices.service import PriceService, translate_pricing_error
+from ledger.settings import Settings
+from pricing import errors as pricing_errors
+from pricing.engine import Charge, check_usage_limits, compute_charge
+from pricing.money import format_amount
+from pricing.usage import Usage
+
+log = structlog.get_logger(__name__)
+
+CACHE_LIMIT = 100_000
+
+
+class HoldCore:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        prices: PriceService,
+        settings: Settings,
+        *,
+        reads: AsyncEngine | None = None,
+    ) -> None:
+        self.engine = engine
+        # The admin surface's hold lists (LEDGER_READ_DATABASE_URL: a standby); nothing that writes.
+        self.reads = (reads or engine).execution_options(isolation_level="AUTOCOMMIT")
+        # Single reads run in autocommit: one round trip each, no BEGIN / COMMIT.
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.prices = prices
+        self.settings = settings
+        self.max_overage_factor = Decimal(settings.max_overage_factor)
+        self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
+        self._versions: dict[str, str | None] = {}  # currency -> last known active price version
+        self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
+        self.batcher = HoldBatcher(
+            engine_conninfo(engine), lanes=settings.batch_lanes, pipeline=settings.batch_pipeline
+        )
+
+    async def close(self) -> None:
+        """Finish the queued batches and close their connections (at shutdown)."""
+        await self.batcher.close()
+
+    # --- reads ---------------------------------------------------------------------
+
+    async def get(self, hold_ref: str) -> Hold:
+        hold_id = hold_id_of(hold_ref)
+        async with read_only(self.autocommit) as conn:
+            row = await repository.get(conn, hold_id)
+        if row is None:
+            raise HoldNotFound(f"hold {hold_ref!r} does not exist")
+        return view(row)
+
+    async def page(
+        self,
+        *,
+        state: str | None,
+        account_id: str | None,
+        older_than: datetime | None,
+        cursor: str | None,
+        limit: int,
+    ) -> tuple[list[Hold], str | None]:
+        after = parse_uuid(cursor) if cursor else None
+        async with read_only(self.reads) as conn:
+            rows = await repository.list_page(
+                conn, state=state, account_id=account_id, older_than=older_than, after=after, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [view(r) for r in rows], (str(rows[-1].id) if more and rows else None)
+
+    # --- pricing -------------------------------------------------------------------
+
+    async def price_usage(
+        self,
+        *,
+        currency: str,
+        model: str,
+        version: str,
+        n: int,
+        usage: Usage,
+        conn: AsyncConnection | None = None,
+        limits: bool = True,
+        charge: bool = True,
+    ) -> Charge | None:
+        """The charge of `usage` at the hold's pinned `version` (None when `charge` is False:
+        a checkpoint only checks the limits).
+
+        Usage above the model's limits (prompt at most `max_input_tokens`, completion at
+        most `max_output_tokens` x n) is 422 `model_limit_exceeded` unless `limits` is
+        False. With `conn` (a locked path's transaction) the version is read on it when
+        not cached; without, from the price cache (or a connection of its own)."""
+        try:
+            if conn is None:
+                price = await self.prices.model_price(currency=currency, model=model, version=version)
+            else:
+                price = (await self.prices.document(conn, version)).model(model)
+            if limits:
+                check_usage_limits(price, usage, n=n)
+            return compute_charge(price, usage) if charge else None
+        except (pricing_errors.PricingInputError, pricing_errors.ModelNotPriced) as error:
+            raise translate_pricing_error(error) from error
+
+    def over_factor(self, held: Decimal, charged: Decimal, currency: str) -> str | None:
+        """The review reason when `charged` exceeds the overage factor x `held`, else None."""
+        if charged <= held * self.max_overage_factor:
+            return None
+        return (
+            f"settle charged {format_amount(charged)} {currency} on a hold of {format_amount(held)} "
+            f"{currency}: more than LEDGER_MAX_OVERAGE_FACTOR ({self.settings.max_overage_factor}) x the hold"
+        )
+
+    @staticmethod
+    def report_flagged(
+        hold_id: UUID, account_id: str, currency: str, amount: Decimal, charged: Decimal, reason: str
+    ) -> None:
+        """The warning and the metric of a flagged settle."""
+        OVERAGE_FLAGGED.labels(currency.strip()).inc()
+        log.warning(
+            "hold.overage_flagged",
+            hold_id=str(hold_id),
+            account_id=account_id,
+            amount=format_amount(amount),
+            charged=format_amount(charged),
+            currency=currency.strip(),
+            reason=reason,
+        )
+
+    # --- writes of the locked path -------------------------------------------------
+
+    @staticmethod
+    async def post(
+        conn: AsyncConnection, hold: Any, kind: str, legs: list[Leg], actor: Actor, reason: str | None
+    ) -> None:
+        """Write the hold's journal transaction, unless every leg is zero (nothing moves)."""
+        if moves_money(legs):
+            await journal.post(
+                conn,
+                kind=kind,
+                account_id=hold.account_id,
+                currency=hold.currency.strip(),
+                legs=legs,
+                actor=actor.identity,
+                hold_id=hold.id,
+                reason=reason,
+            )
+
+    @staticmethod
+    async def audit(
+        conn: AsyncConnection,
+        actor: Actor,
+        action: str,
+        hold: Any,
+        reason: str | None,
+        details: dict[str, Any],
+    ) -> None:
+        """An admin's change of a hold, in the audit log (the gateway's and the reconciler's
+        are on the hold and the journal)."""
+        if actor.kind != "admin":
+            return
+        await audit.record(
+            conn,
+            actor=actor.identity,
+            role=actor.role,
+            action=action,
+            target=str(hold.id),
+            reason=reason,
+            details={"account_id": hold.account_id, **details},
+            request_id=actor.request_id,
+        )

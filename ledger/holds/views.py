@@ -1,0 +1,94 @@
+"""A hold as the API shows it, and the parsing the hold operations share.
+
+Pure functions and values: no connection, no state. `HoldTerms` is what prices a hold;
+every field but `state` is fixed once the hold exists, so a process may cache it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from ledger.errors import HoldNotFound, UsageInvalid
+from ledger.holds.schemas import Hold
+from ledger.ids import parse_uuid
+from ledger.schemas import iso
+from pricing import errors as pricing_errors
+from pricing.money import format_amount
+from pricing.usage import Usage, parse_usage
+
+UNRESOLVED = ("open", "interrupted")
+
+
+def _amount(value: Decimal | None) -> str | None:
+    return None if value is None else format_amount(value)
+
+
+def view(row: Any) -> Hold:
+    return Hold(
+        id=str(row.id),
+        account_id=row.account_id,
+        idempotency_key=row.idempotency_key,
+        state=row.state,
+        model=row.model,
+        price_version=row.price_version,
+        amount=format_amount(row.amount),
+        currency=row.currency.strip(),
+        reservation=row.reservation,
+        ttl_seconds=row.ttl_seconds,
+        expires_at=iso(row.expires_at),
+        created_at=iso(row.created_at),
+        updated_at=iso(row.updated_at),
+        metadata=row.metadata,
+        usage=row.usage,
+        charge=row.charge,
+        released=_amount(row.released),
+        overage=_amount(row.overage),
+        overage_flagged=row.overage_flagged,
+        true_up=_amount(row.true_up),
+        resolved_by=row.resolved_by,
+        resolved_reason=row.resolved_reason,
+        resolved_at=iso(row.resolved_at) if row.resolved_at else None,
+        interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
+        budget_key=row.budget_key,
+    )
+
+
+def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:
+    try:
+        return parse_usage(raw, param_prefix=param)
+    except pricing_errors.UsageInvalid as error:
+        raise UsageInvalid(error.message, param=error.param or param) from error
+
+
+def priced_counts(usage: Usage) -> tuple[int, ...]:
+    """What decides the bill: two usages with equal counts are 'the same usage'."""
+    return (
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.cached_tokens,
+        usage.cache_write_tokens,
+        usage.cache_write_5m,
+        usage.cache_write_1h,
+    )
+
+
+class HoldTerms(NamedTuple):
+    """What prices a hold; every field but `state` is immutable once the hold exists."""
+
+    account_id: str
+    currency: str
+    model: str
+    price_version: str
+    amount: Decimal
+    state: str
+    n: int  # completions reserved for: the output limit is the model's max x n
+    budget_key: str | None = None
+
+
+def hold_id_of(value: str) -> UUID:
+    hold_id = parse_uuid(value)
+    if hold_id is None:
+        raise HoldNotFound(f"hold {value!r} does not exist")
+    return hold_id
