@@ -42,12 +42,7 @@ from ledger.errors import AccountExists, AccountNotFound, ValidationFailed
 from ledger.journal import repository as journal
 from ledger.journal.postings import adjustments_account, funding_account
 from ledger.metrics import MONEY_MOVEMENTS
-
-# `available_of` and `parse_money` (their home is ledger.money) are re-exported ("as"
-# themselves) while ledger/holds and ledger/budgets import them from here; drop the
-# re-export once those import them from ledger.money.
-from ledger.money import available_of as available_of
-from ledger.money import parse_money as parse_money
+from ledger.money import parse_money
 from ledger.pagination import id_cursor
 from ledger.schemas import Page, check_metadata, iso
 from pricing.money import format_amount

@@ -27,7 +27,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledger.accounts import repository as accounts
-from ledger.accounts.service import check_reason, parse_money, require_locked
+from ledger.accounts.service import check_reason, require_locked
 from ledger.audit import repository as audit
 from ledger.budgets import repository
 from ledger.budgets.schemas import Budget, SetBudget
@@ -35,6 +35,7 @@ from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import AccountNotFound, BudgetExceeded, BudgetNotFound, ValidationFailed
 from ledger.metrics import BUDGET_ALERTS
+from ledger.money import parse_money
 from ledger.schemas import Page, iso
 from pricing.money import EXACT, format_amount
 

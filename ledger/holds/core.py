@@ -33,7 +33,8 @@ from ledger.ids import parse_uuid
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg
 from ledger.metrics import OVERAGE_FLAGGED
-from ledger.prices.service import PriceService, translate_pricing_error
+from ledger.prices.pricing import translate_pricing_error
+from ledger.prices.service import PriceService
 from ledger.settings import Settings
 from pricing import errors as pricing_errors
 from pricing.engine import Charge, check_usage_limits, compute_charge

@@ -1,4 +1,4 @@
-"""The journal legs of the hold operations of the locked path (the README has the same table).
+"""The journal legs of the hold operations of the locked path (docs/architecture.md has the same table).
 
 The batch function `ledger_hold_batch` writes the same legs for what it decides
 (reserve, a settle that no grant pays, release); the locked path writes these.

@@ -21,7 +21,6 @@ from typing import Any
 
 import msgspec
 
-from ledger.accounts.service import available_of
 from ledger.budgets import service as budget_rules
 from ledger.context import Actor
 from ledger.db import read_only
@@ -41,7 +40,8 @@ from ledger.holds.views import HoldTerms, view
 from ledger.idempotency import request_hash
 from ledger.ids import uuid7
 from ledger.metrics import MONEY_MOVEMENTS
-from ledger.prices.service import size
+from ledger.money import available_of
+from ledger.prices.pricing import size
 from ledger.schemas import check_metadata
 from pricing.engine import reservation_to_builtins
 from pricing.money import format_amount

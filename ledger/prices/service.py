@@ -17,13 +17,7 @@ from ledger.db import read_only
 from ledger.errors import ValidationFailed
 from ledger.prices import publishing
 from ledger.prices.catalog import PriceCatalog
-from ledger.prices.pricing import charge
-
-# `size` and `translate_pricing_error` (their home is ledger.prices.pricing) are
-# re-exported ("as" themselves) while ledger/holds imports them from here; drop the
-# re-export once it imports them from ledger.prices.pricing.
-from ledger.prices.pricing import size as size
-from ledger.prices.pricing import translate_pricing_error as translate_pricing_error
+from ledger.prices.pricing import charge, size
 from ledger.prices.schemas import ChargeQuote, PriceVersion, PublishResult, QuoteRequest, ReservationQuote
 from pricing.document import PriceDocument
 from pricing.engine import charge_to_builtins, reservation_to_builtins
