@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The repository's own folder, wherever it is checked out, so frames read "ledger/holds/service.py".
+# The repository's own folder, wherever it is checked out, so frames read "ledger/holds/reserve.py".
 _ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 _SITE = re.compile(r"\((?:[^()]*/)?(?:site-packages|lib/python3\.\d+)/")
 

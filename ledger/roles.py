@@ -15,6 +15,8 @@ runs as a separate role that `grant_service_role` grants only what the code need
   `console_sessions` (logout sets `revoked_at`; expired rows are pruned by a function
   of the owner's, never by a DELETE of the service's);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
+- `sql_functions` (the function bodies the migrations installed, which a downgrade runs
+  as the owner): nothing at all;
 - identity sequences: USAGE; schema `public`: USAGE, and nobody but the owner may
   CREATE in it;
 - never TRUNCATE, DELETE, REFERENCES or TRIGGER, and no ownership: ALTER TABLE,
@@ -49,6 +51,7 @@ UPDATABLE = frozenset(
     }
 )
 READ_ONLY = frozenset({"alembic_version"})
+NO_ACCESS = frozenset({"sql_functions"})
 
 
 class RoleError(ValueError):
@@ -56,6 +59,8 @@ class RoleError(ValueError):
 
 
 def privileges_for(table: str) -> tuple[str, ...]:
+    if table in NO_ACCESS:
+        return ()
     if table in READ_ONLY:
         return ("SELECT",)
     if table in UPDATABLE:
@@ -92,11 +97,12 @@ def grant_service_role(database_url: str, role: str) -> dict[str, Any]:
             privileges = privileges_for(table)
             name = sql.Identifier("public", table)
             conn.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(name, who))
-            conn.execute(
-                sql.SQL("GRANT {} ON TABLE {} TO {}").format(
-                    sql.SQL(", ").join(sql.SQL(p) for p in privileges), name, who
+            if privileges:
+                conn.execute(
+                    sql.SQL("GRANT {} ON TABLE {} TO {}").format(
+                        sql.SQL(", ").join(sql.SQL(p) for p in privileges), name, who
+                    )
                 )
-            )
             granted[table] = list(privileges)
         conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}").format(who))
         conn.execute(sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))

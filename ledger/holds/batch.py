@@ -2,9 +2,12 @@
 
 One `HoldBatcher` per process (per event loop), with `LEDGER_BATCH_LANES` lanes
 (`ledger.holds.lane`), each with its own connection. An operation goes to the lane of
-its account (a stable hash), so every operation on one account goes through one lane:
-a hot account's operations coalesce into one batch per round trip instead of queueing
-for its row lock in several, while different accounts' batches run in parallel.
+its account (a stable hash), so an account's operations go through one lane: a hot
+account's operations coalesce into one batch per round trip instead of queueing for its
+row lock in several, while different accounts' batches run in parallel. The exception is
+a release of a hold this process did not reserve (its account unknown without a read):
+it goes to the lane of its hold id. Correctness never depends on the lane (every batch
+locks its accounts in id order); only how well a hot account's operations coalesce.
 
 A batch is one call of the database function `ledger_hold_batch`
 (migrations/sql/ledger_hold_batch.sql): one statement, one transaction, one commit.

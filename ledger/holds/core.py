@@ -33,11 +33,10 @@ from ledger.ids import parse_uuid
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg
 from ledger.metrics import OVERAGE_FLAGGED
-from ledger.prices.pricing import translate_pricing_error
+from ledger.prices.pricing import charge_usage, check_limits
 from ledger.prices.service import PriceService
 from ledger.settings import Settings
-from pricing import errors as pricing_errors
-from pricing.engine import Charge, check_usage_limits, compute_charge
+from pricing.engine import Charge
 from pricing.money import format_amount
 from pricing.usage import Usage
 
@@ -112,27 +111,20 @@ class HoldCore:
         version: str,
         n: int,
         usage: Usage,
-        conn: AsyncConnection | None = None,
         limits: bool = True,
         charge: bool = True,
     ) -> Charge | None:
         """The charge of `usage` at the hold's pinned `version` (None when `charge` is False:
-        a checkpoint only checks the limits).
+        a checkpoint only checks the limits), from the price cache.
 
         Usage above the model's limits (prompt at most `max_input_tokens`, completion at
         most `max_output_tokens` x n) is 422 `model_limit_exceeded` unless `limits` is
-        False. With `conn` (a locked path's transaction) the version is read on it when
-        not cached; without, from the price cache (or a connection of its own)."""
-        try:
-            if conn is None:
-                price = await self.prices.model_price(currency=currency, model=model, version=version)
-            else:
-                price = (await self.prices.document(conn, version)).model(model)
-            if limits:
-                check_usage_limits(price, usage, n=n)
-            return compute_charge(price, usage) if charge else None
-        except (pricing_errors.PricingInputError, pricing_errors.ModelNotPriced) as error:
-            raise translate_pricing_error(error) from error
+        False. Refusals are translated in `ledger.prices.pricing`, as for quotes."""
+        price = await self.prices.model_price(currency=currency, model=model, version=version)
+        if not charge:
+            check_limits(price, usage, n)
+            return None
+        return charge_usage(price, usage, n, limits=limits)
 
     def over_factor(self, held: Decimal, charged: Decimal, currency: str) -> str | None:
         """The review reason when `charged` exceeds the overage factor x `held`, else None."""

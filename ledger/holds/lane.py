@@ -134,12 +134,17 @@ class Lane:
         queued anew: an earlier operation of the batch has the same key or resolves the same
         hold, so it is answered by a batch sent after that one committed."""
         HOLD_BATCH_SIZE.observe(len(items))
+        answered = set()
         for row in rows:
+            answered.add(row.op_index)
             operation, future = items[row.op_index]
             if row.op_outcome == "again":
                 self._pending.append((operation, future))
             elif not future.done():
                 future.set_result(row)
+        for index, (_, future) in enumerate(items):  # never left waiting: the function answers each
+            if index not in answered and not future.done():
+                future.set_exception(RuntimeError(f"ledger_hold_batch gave no row for operation {index}"))
 
     def _queued(self) -> None:
         if not self._scheduled:

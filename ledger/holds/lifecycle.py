@@ -80,7 +80,6 @@ class Lifecycle(HoldCore):
             version=hold.price_version,
             n=hold.reservation["n"],
             usage=usage,
-            conn=conn,
             limits=actor.kind != "reconciler",
         )
         assert charge is not None
@@ -99,7 +98,6 @@ class Lifecycle(HoldCore):
             version=hold.price_version,
             n=hold.reservation["n"],
             usage=usage,
-            conn=conn,
             charge=False,
         )
         if hold.usage is not None:

@@ -31,10 +31,7 @@ _FIND_BY_KEY = text(
     "SELECT id, request_hash FROM holds WHERE account_id = :account_id AND idempotency_key = :key"
 )
 _ACCOUNT_CURRENCY = text("SELECT currency FROM accounts WHERE id = :id AND kind = 'customer'")
-_ACTIVE_VERSION = text(
-    "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= now() "
-    "ORDER BY effective_at DESC, id DESC LIMIT 1"
-)
+_ACTIVE_VERSION = text("SELECT ledger_active_version(:currency)")  # migrations/sql/ledger_active_version.sql
 
 # Lock the hold's account, then the hold, in one statement. Rows are locked in the order
 # of the OF list (account first, as everywhere), and after waiting for a lock PostgreSQL
@@ -61,16 +58,15 @@ def _json(value: Any) -> str | None:
 
 
 _HOLD_TERMS = text(
-    "SELECT id, account_id, currency, model, price_version, amount, state, budget_key, "
+    "SELECT id, account_id, currency, model, price_version, amount, state, "
     "CAST(reservation ->> 'n' AS integer) AS n FROM holds WHERE id = :id"
 )
 
 # The account's review mark (accounts.review, migration 0007): why, which hold, when (UTC).
-_REVIEW_MARK = (
-    "jsonb_build_object('reason', CAST(:review_reason AS text), 'hold_id', CAST(:review_hold AS text), "
-    """'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))"""
+_MARK_FOR_REVIEW = text(  # the mark: migrations/sql/ledger_review_mark.sql
+    "UPDATE accounts SET review = ledger_review_mark(CAST(:review_reason AS text), "
+    "CAST(:review_hold AS text)) WHERE id = :account_id"
 )
-_MARK_FOR_REVIEW = text(f"UPDATE accounts SET review = {_REVIEW_MARK} WHERE id = :account_id")
 
 
 async def hold_terms(conn: AsyncConnection, hold_id: UUID) -> Any | None:

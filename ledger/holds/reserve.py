@@ -118,8 +118,10 @@ class Reserve(HoldCore):
                 raise budget_rules.exceeded(
                     row.op_detail, budget_key=budget_key, required=reservation.amount, currency=currency
                 )
-            self._currencies.pop(body.account_id, None)
-            raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+            if outcome == "no_account":
+                self._currencies.pop(body.account_id, None)
+                raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+            raise RuntimeError(f"ledger_hold_batch answered a reserve with outcome {outcome!r}")
         raise PricingUnavailable("the active price version kept changing; try again", param="price_version")
 
     def _reserved(self, row: Any, n: int) -> Hold:
@@ -128,7 +130,7 @@ class Reserve(HoldCore):
         if len(self._terms) >= CACHE_LIMIT:
             self._terms.clear()
         self._terms[row.id] = HoldTerms(
-            row.account_id, row.currency, row.model, row.price_version, row.amount, "open", n, row.budget_key
+            row.account_id, row.currency, row.model, row.price_version, row.amount, "open", n
         )
         return view(row)
 

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 from ledger.holds.lifecycle import Lifecycle
 from ledger.holds.reserve import Reserve
-from ledger.holds.views import UNRESOLVED, HoldTerms, hold_id_of, parse, priced_counts, view
-
-__all__ = ["UNRESOLVED", "HoldService", "HoldTerms", "hold_id_of", "parse", "priced_counts", "view"]
 
 
 class HoldService(Reserve, Lifecycle):

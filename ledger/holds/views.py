@@ -10,13 +10,13 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from ledger.errors import HoldNotFound, UsageInvalid
+from ledger.errors import HoldNotFound
 from ledger.holds.schemas import Hold
 from ledger.ids import parse_uuid
+from ledger.prices.pricing import usage_of
 from ledger.schemas import iso
-from pricing import errors as pricing_errors
 from pricing.money import format_amount
-from pricing.usage import Usage, parse_usage
+from pricing.usage import Usage
 
 UNRESOLVED = ("open", "interrupted")
 
@@ -56,10 +56,8 @@ def view(row: Any) -> Hold:
 
 
 def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:
-    try:
-        return parse_usage(raw, param_prefix=param)
-    except pricing_errors.UsageInvalid as error:
-        raise UsageInvalid(error.message, param=error.param or param) from error
+    """The request's usage object, validated (refusals: `ledger.prices.pricing`)."""
+    return usage_of(raw, param=param)
 
 
 def priced_counts(usage: Usage) -> tuple[int, ...]:
@@ -84,7 +82,6 @@ class HoldTerms(NamedTuple):
     amount: Decimal
     state: str
     n: int  # completions reserved for: the output limit is the model's max x n
-    budget_key: str | None = None
 
 
 def hold_id_of(value: str) -> UUID:

@@ -8,7 +8,8 @@ without a price answers the same status and code from a quote, a reserve or a se
 - `PriceDocumentInvalid` -> 422 `validation_error` (a refused price document);
 - any other `PricingInputError` -> 422 `validation_error`;
 - `ModelNotPriced` -> 503 `pricing_unavailable`.
-Anything else is returned unchanged. `size` and `charge` call the engine through it.
+Anything else is returned unchanged. `usage_of`, `size`, `charge_usage` and `charge`
+call the engine through it; nothing else in the service catches an engine refusal.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from ledger.errors import (
 from pricing import errors as pricing_errors
 from pricing.document import ModelPrice
 from pricing.engine import Charge, Reservation, check_usage_limits, compute_charge, size_reservation
-from pricing.usage import parse_usage
+from pricing.usage import Usage, parse_usage
 
 
-def translate_pricing_error(error: Exception) -> Exception:
-    """Map the pure engine's refusals onto the ledger's error tree."""
+def translate_pricing_error(error: Exception, *, param: str = "usage") -> Exception:
+    """Map the pure engine's refusals onto the ledger's error tree (`param`: what a usage
+    refusal names when the engine names nothing)."""
     if isinstance(error, pricing_errors.UsageInvalid):
-        return UsageInvalid(error.message, param=error.param or "usage")
+        return UsageInvalid(error.message, param=error.param or param)
     if isinstance(error, pricing_errors.ModelLimitExceeded):
         return ModelLimitExceeded(error.message, param=error.param)
     if isinstance(error, pricing_errors.PriceDocumentInvalid):
@@ -53,12 +55,33 @@ def size(price: ModelPrice, max_input: int | None, max_output: int | None, n: in
         raise translate_pricing_error(error) from error
 
 
-def charge(price: ModelPrice, usage: dict[str, Any], n: int) -> Charge:
-    """What `usage` costs at `price`, refused as a settle would refuse it (the completion
-    limit is n x the model's output); the engine's refusals become ledger errors."""
+def usage_of(raw: dict[str, Any], *, param: str = "usage") -> Usage:
+    """A request's usage object, validated (`param`: where it sits in the request)."""
     try:
-        parsed = parse_usage(usage)
-        check_usage_limits(price, parsed, n=n)
-        return compute_charge(price, parsed)
+        return parse_usage(raw, param_prefix=param)
+    except pricing_errors.PricingInputError as error:
+        raise translate_pricing_error(error, param=param) from error
+
+
+def charge_usage(price: ModelPrice, usage: Usage, n: int, *, limits: bool = True) -> Charge:
+    """What `usage` costs at `price`; with `limits`, refused above the model's limits (the
+    completion limit is n x the model's output) as a settle refuses it."""
+    try:
+        if limits:
+            check_usage_limits(price, usage, n=n)
+        return compute_charge(price, usage)
     except pricing_errors.PricingInputError as error:
         raise translate_pricing_error(error) from error
+
+
+def check_limits(price: ModelPrice, usage: Usage, n: int) -> None:
+    """Refuse usage above the model's limits (a checkpoint or interrupt records no charge)."""
+    try:
+        check_usage_limits(price, usage, n=n)
+    except pricing_errors.PricingInputError as error:
+        raise translate_pricing_error(error) from error
+
+
+def charge(price: ModelPrice, usage: dict[str, Any], n: int) -> Charge:
+    """What a raw `usage` object costs at `price`, refused as a settle would refuse it."""
+    return charge_usage(price, usage_of(usage), n)

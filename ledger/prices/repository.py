@@ -20,13 +20,10 @@ _GET = text(f"SELECT {_COLUMNS}, document FROM price_versions WHERE version = :v
 _LIST = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE id < :before ORDER BY id DESC LIMIT :limit"
 )
-_ACTIVE = text(
-    "SELECT version FROM price_versions WHERE currency = :currency AND effective_at <= :at "
-    "ORDER BY effective_at DESC, id DESC LIMIT 1"
-)
+# The active-version rule is one SQL function (migrations/sql/ledger_active_version.sql).
+_ACTIVE = text("SELECT ledger_active_version(:currency, :at)")
 _ACTIVE_ROW = text(
-    f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency AND effective_at <= :at "
-    "ORDER BY effective_at DESC, id DESC LIMIT 1"
+    f"SELECT {_COLUMNS}, document FROM price_versions WHERE version = ledger_active_version(:currency, :at)"
 )
 _LATEST = text(
     f"SELECT {_COLUMNS}, document FROM price_versions WHERE currency = :currency ORDER BY id DESC LIMIT 1"

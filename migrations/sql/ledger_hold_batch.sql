@@ -1,5 +1,5 @@
 -- The gateway's reserves, settles and releases, many in one call: one statement, so one
--- round trip, one transaction, one commit (ledger.holds.batch sends it). `ops` is a JSON
+-- round trip, one transaction, one commit (a lane of ledger.holds.lane sends it). `ops` is a JSON
 -- array of operations; each gets its own row back (op_index, op_outcome, op_detail, the
 -- hold), and no operation's refusal touches another's.
 --
@@ -104,11 +104,12 @@ BEGIN
   -- scan reaches it, so in id order. No such customer account: its entries stay NULL.
   -- Whether the account has any grant with money left is one probe of the grants by
   -- account per locked row, in the same statement (no further statement for the common
-  -- account without grants). A grant made by a transaction that commits while this
-  -- statement waits for the lock is not seen by the probe (its snapshot predates the wait);
-  -- the locked row's balance does include it: a new grant is live, so the funds check is
-  -- exact, and a settle of this batch pays from paid money rather than from that grant.
-  -- Grant conditions are written `(...) IS TRUE` so that no partial index of grants with
+  -- account without grants); it serves only the lapsed amount below. A grant made by a
+  -- transaction that commits while this statement waits for the lock is not seen by the
+  -- probe (its snapshot predates the wait), but such a grant is live (its expires_at is
+  -- after its commit, so after this transaction's now()): nothing of it has lapsed, and
+  -- the locked row's balance includes it. Which settles live grants pay is read after the
+  -- locks, with the holds (below). Grant conditions are written `(...) IS TRUE` so that no partial index of grants with
   -- money left can serve them (the one by expiry would be scanned whole): each probe is
   -- by account id.
   FOR a_row IN SELECT ac.id, ac.currency, ac.frozen_at IS NOT NULL AS frozen, ac.balance, ac.held, ac.credit_limit,
@@ -127,33 +128,31 @@ BEGIN
       g_any := g_any || a_row.id;
     END IF;
   END LOOP;
-  -- For those accounts only: what their grants hold, read again now that the locks are
-  -- held (a statement's snapshot predates its lock waits; an expiry posting or a settle
-  -- locks the account first, so this read is exactly as committed). A grant backs no
-  -- reservation from its expires_at on, whether or not the expiry job has posted its
-  -- remainder out yet (lapsed); a live grant pays a settle before paid money does.
-  IF array_length(g_any, 1) > 0 THEN
-    FOR a_row IN SELECT u.id,
-                        (SELECT sum(gr.remaining) FROM grants gr
-                          WHERE gr.account_id = u.id AND (gr.remaining > 0) IS TRUE
-                            AND (gr.expires_at <= now()) IS TRUE) AS lapsed,
-                        (SELECT true FROM grants gr
-                          WHERE gr.account_id = u.id AND (gr.remaining > 0) IS TRUE
-                            AND (gr.expires_at > now()) IS TRUE LIMIT 1) AS live
-                   FROM unnest(g_any) AS u (id) LOOP
-      a_lapsed[array_position(a_id, a_row.id)] := coalesce(a_row.lapsed, 0);
-      IF a_row.live THEN
-        g_accounts := g_accounts || a_row.id;
-      END IF;
+  -- For those accounts only, when the batch reserves: what their expired grants still hold,
+  -- read again now that the locks are held (an expiry posting locks the account first, so
+  -- this read is exactly as committed). A grant backs no reservation from its expires_at
+  -- on, whether or not the expiry job has posted its remainder out yet (0020's
+  -- `ledger_lapsed_grants`, the one definition of lapsed).
+  n_reserves := n - coalesce(array_length(v_holds, 1), 0);
+  IF n_reserves > 0 AND array_length(g_any, 1) > 0 THEN
+    FOR a_row IN SELECT u.id, ledger_lapsed_grants(u.id) AS lapsed FROM unnest(g_any) AS u (id) LOOP
+      a_lapsed[array_position(a_id, a_row.id)] := a_row.lapsed;
     END LOOP;
   END IF;
 
-  -- Under the locks (every change to a hold or its key takes its account's lock first),
-  -- so exactly as committed: one statement each instead of one per operation.
+  -- Under the locks (every change to a hold or its key, and every grant, takes its
+  -- account's lock first), so exactly as committed: one statement each instead of one per
+  -- operation. With the holds, whether a live grant would pay a settle on each one's
+  -- account (a live grant pays before paid money does: those settles take the locked path).
   IF array_length(v_holds, 1) > 0 THEN
-    SELECT array_agg(h.id), array_agg(h) INTO h_ids, h_rows FROM holds h WHERE h.id = ANY (v_holds);
+    SELECT array_agg(h.id), array_agg(h),
+           array_agg(h.account_id) FILTER (WHERE (SELECT true FROM grants gr
+                                                   WHERE gr.account_id = h.account_id
+                                                     AND (gr.remaining > 0) IS TRUE
+                                                     AND (gr.expires_at > now()) IS TRUE LIMIT 1))
+      INTO h_ids, h_rows, g_accounts
+      FROM holds h WHERE h.id = ANY (v_holds);
   END IF;
-  n_reserves := n - coalesce(array_length(v_holds, 1), 0);
   -- One unique-index probe per reserve: a scalar subquery, never turned into a join (a
   -- join's plan could walk the whole holds index when it was made on a small table).
   IF n_reserves > 0 THEN
@@ -199,11 +198,9 @@ BEGIN
         RETURN NEXT;
         CONTINUE;
       END IF;
-      IF NOT CAST(o ->> 'pinned' AS boolean) THEN
+      IF NOT coalesce(CAST(o ->> 'pinned' AS boolean), false) THEN
         IF v_version_currency IS DISTINCT FROM v_currency THEN
-          SELECT pv.version INTO v_version FROM price_versions pv
-           WHERE pv.currency = v_currency AND pv.effective_at <= now()
-           ORDER BY pv.effective_at DESC, pv.id DESC LIMIT 1;
+          v_version := ledger_active_version(v_currency);
           v_version_currency := v_currency;
         END IF;
         IF v_version IS DISTINCT FROM o ->> 'price_version' THEN
@@ -283,7 +280,7 @@ BEGIN
       IF o ->> 'op' = 'settle' THEN
         v_charged := CAST(o ->> 'charged' AS numeric);
         IF r.amount <> CAST(o ->> 'held' AS numeric)
-           OR (v_charged > 0 AND r.account_id = ANY (g_accounts)) THEN
+           OR (v_charged > 0 AND r.account_id = ANY (coalesce(g_accounts, '{}'))) THEN
           -- Live grants pay first: that settle takes the service's locked path.
           op_outcome := 'fallback';
           RETURN NEXT;
@@ -338,6 +335,8 @@ BEGIN
         s_detail := s_detail || v_budget;
 
       ELSIF o ->> 'op' = 'release' THEN
+        -- The release rule, as HoldLifecycle.release_locked has it for what falls back here:
+        -- an open or interrupted hold without usage; releasing a released hold again answers it.
         IF r.usage IS NOT NULL THEN
           op_outcome := 'fallback';  -- usage was seen: releasing would forgive it (409 there)
           RETURN NEXT;
@@ -370,8 +369,7 @@ BEGIN
   -- row and deferred triggers as any other write (the entry trigger moves the accounts).
   IF array_length(v_review_account, 1) > 0 THEN
     UPDATE accounts ac
-       SET review = jsonb_build_object('reason', u.reason, 'hold_id', u.hold_id,
-                                       'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+       SET review = ledger_review_mark(u.reason, u.hold_id)
       FROM unnest(v_review_account, v_review_reason, v_review_hold) AS u (account_id, reason, hold_id)
      WHERE ac.id = u.account_id AND ac.id = ANY (v_review_account);
   END IF;

@@ -583,3 +583,52 @@ def test_budgets_and_a_holds_budget_key_are_not_rewritten(
     with pytest.raises(psycopg.errors.RestrictViolation):
         sql.execute("UPDATE holds SET budget_key = 'other' WHERE id = %s", (hold["id"],))
     sql.rollback()
+
+
+def test_a_frozen_account_holds_nothing_on_its_budget(client: TestClient[Any], world: dict[str, Any]) -> None:
+    from tests.api.test_account_controls_api import freeze
+
+    account_id = world["account"]
+    put_budget(client, account_id, amount="1", period="monthly")
+    assert reserve(client, account_id).status_code == 201
+    assert freeze(client, account_id).status_code == 200
+    r = reserve(client, account_id)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "account_frozen")
+    assert numbers(budget(client, account_id)) == (0, HOLD)  # only the hold before the freeze
+
+
+@pytest.mark.parametrize(
+    ("period", "shift"),
+    [
+        ("weekly", "week_start = week_start - 7"),
+        ("monthly", "month_start = month_start - interval '1 month'"),
+    ],
+)
+def test_a_batched_settle_rolls_a_weekly_or_monthly_window(
+    client: TestClient[Any], world: dict[str, Any], sql: psycopg.Connection[Any], period: str, shift: str
+) -> None:
+    """The batch moves a budget with the same window rules as the locked path (one SQL
+    function): a stored window that is not the current one counts as 0 and rolls forward."""
+    account_id = world["account"]
+    put_budget(client, account_id, amount="0.0035", period=period)
+    settle(client, reserve(client, account_id).json()["id"])
+    held = reserve(client, account_id).json()
+    assert reserve(client, account_id).status_code == 402
+    sql.execute(f"UPDATE budgets SET {shift} WHERE account_id = %s AND budget_key = 'proj-a'", (account_id,))
+    sql.commit()
+    assert numbers(budget(client, account_id)) == (0, HOLD)
+    assert settle(client, held["id"]).status_code == 200
+    assert numbers(budget(client, account_id)) == (CHARGE, 0)
+    body = budget(client, account_id)
+    assert body["lifetime_spent"] == str(2 * CHARGE)
+
+
+def test_period_none_counts_the_lifetime_spend(client: TestClient[Any], world: dict[str, Any]) -> None:
+    account_id = world["account"]
+    put_budget(client, account_id, amount="0.0035", period="none")
+    settle(client, reserve(client, account_id).json()["id"])
+    assert numbers(budget(client, account_id)) == (CHARGE, 0)
+    held = reserve(client, account_id).json()
+    assert reserve(client, account_id).status_code == 402  # 0.0003 + 0.003 + 0.003 > 0.0035
+    assert settle(client, held["id"]).status_code == 200
+    assert numbers(budget(client, account_id)) == (2 * CHARGE, 0)

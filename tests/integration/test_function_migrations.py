@@ -17,7 +17,7 @@ from alembic import command
 
 from ledger.db import alembic_config, migrate
 from ledger.settings import normalize_database_url
-from migrations.functions import SQL, defined_by, sha256
+from migrations.functions import SQL, FunctionSourceError, defined_by, sha256, source
 from tests import pg
 
 
@@ -220,8 +220,18 @@ def test_0023_downgrades_to_0020_s_batch_function_and_upgrades_again(scratch: st
         with psycopg.connect(scratch) as conn:
             return conn.execute("SELECT to_regclass('sql_functions') IS NOT NULL").fetchone() == (True,)
 
+    def shared_functions() -> list[str]:
+        with psycopg.connect(scratch) as conn:
+            rows = conn.execute(
+                "SELECT proname FROM pg_proc "
+                "WHERE proname IN ('ledger_active_version', 'ledger_review_mark') ORDER BY proname"
+            ).fetchall()
+        return [name for (name,) in rows]
+
     assert len(budget_functions()) == 7 and registry()
+    assert shared_functions() == ["ledger_active_version", "ledger_review_mark"]
     command.downgrade(alembic_config(url), "0022")
+    assert shared_functions() == []
     previous = sources(scratch)
     assert (
         previous["ledger_hold_batch"][0]
@@ -233,3 +243,40 @@ def test_0023_downgrades_to_0020_s_batch_function_and_upgrades_again(scratch: st
     migrate(url)
     assert sources(scratch) == head
     assert len(budget_functions()) == 7 and registry()
+
+
+def pins() -> list[tuple[str, str, str]]:
+    """(revision, function, pinned sha256) of every migration that installs functions from files."""
+    import importlib.util
+
+    found = []
+    for path in sorted((SQL.parent / "versions").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"_migration_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, pinned in getattr(module, "FUNCTIONS", {}).items():
+            found.append((module.revision, name, pinned))
+    return found
+
+
+def test_every_function_file_is_the_text_its_latest_migration_pins() -> None:
+    """A file edited without a migration pinning the new text fails here (a database already
+    at head would keep the old body); every earlier pin still finds its text (the head file
+    or the copy kept for that revision), so a fresh database installs what each revision did."""
+    latest: dict[str, tuple[str, str]] = {}
+    for revision, name, pinned in pins():
+        source(name, revision=revision, pinned=pinned)  # raises when no text has the hash
+        latest[name] = max(latest.get(name, (revision, pinned)), (revision, pinned))
+    files = {path.stem: sha256(path.read_text()) for path in SQL.glob("*.sql")}
+    assert set(files) == set(latest), "every migrations/sql file is installed by a migration, and only those"
+    for name, sha in files.items():
+        revision, pinned = latest[name]
+        assert sha == pinned, (
+            f"migrations/sql/{name}.sql changed after {revision} pinned it: write a migration"
+        )
+
+
+def test_a_pin_no_text_has_is_refused() -> None:
+    with pytest.raises(FunctionSourceError, match="ledger_review_mark"):
+        source("ledger_review_mark", revision="0023", pinned="0" * 64)

@@ -26,7 +26,8 @@ import pytest
 from litestar.testing import TestClient
 
 from ledger.errors import DatabaseUnavailable
-from ledger.holds.batch import HoldBatcher, Lane
+from ledger.holds.batch import HoldBatcher
+from ledger.holds.lane import Lane
 from ledger.ids import uuid7
 from ledger.metrics import HOLD_BATCH_SIZE
 from tests.conftest import assert_integrity, fresh_currency, new_id, publish, simple_document

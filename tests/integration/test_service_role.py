@@ -72,6 +72,7 @@ def service_role(make_role: Any, database: str) -> str:
     assert granted["journal_entries"] == ["SELECT", "INSERT"]
     assert granted["holds"] == ["SELECT", "INSERT", "UPDATE"]
     assert granted["alembic_version"] == ["SELECT"]
+    assert granted["sql_functions"] == []  # bodies a downgrade runs as the owner
     return role
 
 
@@ -86,6 +87,8 @@ TAMPERING = [
     "DROP TRIGGER journal_entries_append_only ON journal_entries",
     "UPDATE audit_log SET reason = 'x' WHERE false",
     "CREATE TABLE shadow (id int)",
+    "INSERT INTO sql_functions (name, revision, sha256, body) VALUES ('x', '9999', '', '')",
+    "SELECT count(*) FROM sql_functions",
 ]
 
 
