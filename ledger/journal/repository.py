@@ -15,7 +15,7 @@ from ledger.journal.postings import Leg, balanced, system_accounts
 
 _SYSTEM_INSERT = text(
     "INSERT INTO accounts (id, kind, currency) SELECT unnest(CAST(:ids AS text[])), 'system', :currency "
-    "ON CONFLICT (id) DO NOTHING"
+    "ON CONFLICT DO NOTHING"
 )
 
 
