@@ -71,6 +71,16 @@ def database(pg_admin_url: str) -> Iterator[str]:
     pg.drop_database(pg_admin_url, name)
 
 
+@pytest.fixture
+def own_database(pg_admin_url: str) -> Iterator[str]:
+    """libpq URL of an empty database for one test, dropped after it: for a `ledger serve`
+    started before any price is published (serve seeds the bundled prices into a database
+    with no price version, which would change the shared `database` for the tests after)."""
+    name, url = pg.create_database(pg_admin_url)
+    yield url
+    pg.drop_database(pg_admin_url, name)
+
+
 @pytest.fixture(scope="session")
 def sa_url(database: str) -> str:
     return normalize_database_url(database)

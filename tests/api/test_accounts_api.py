@@ -315,7 +315,9 @@ def test_database_outage_is_503(settings: Any) -> None:
         assert c.get("/healthz").status_code == 200
 
 
-def test_the_first_accounts_of_a_currency_opened_at_once_all_succeed(database: str, tmp_path: Any) -> None:
+def test_the_first_accounts_of_a_currency_opened_at_once_all_succeed(
+    own_database: str, tmp_path: Any
+) -> None:
     """Each opening makes sure its currency's system accounts exist; openings racing for the
     first ones must each find them made, never fail on the accounts' second unique index
     (a 500 that `make bench`'s setup met about one run in three)."""
@@ -335,7 +337,7 @@ def test_the_first_accounts_of_a_currency_opened_at_once_all_succeed(database: s
 
             return list(await asyncio.gather(*(one() for _ in range(16))))
 
-    with Server({**TEST_ENV, "LEDGER_DATABASE_URL": database}, tmp_path / "serve.log") as server:
+    with Server({**TEST_ENV, "LEDGER_DATABASE_URL": own_database}, tmp_path / "serve.log") as server:
         server.wait_ready()
         statuses = [asyncio.run(open_all(server.base, fresh_currency())) for _ in range(8)]
         server.assert_no_tracebacks()

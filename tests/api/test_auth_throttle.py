@@ -144,7 +144,9 @@ def test_an_ipv6_client_is_counted_per_64_prefix() -> None:
     assert throttle.client_address(scope("::ffff:198.51.100.7")) == "198.51.100.7"
 
 
-def test_a_real_server_ignores_x_forwarded_for_without_a_trusted_proxy(database: str, tmp_path: Any) -> None:
+def test_a_real_server_ignores_x_forwarded_for_without_a_trusted_proxy(
+    own_database: str, tmp_path: Any
+) -> None:
     """Found in review: uvicorn's own proxy-header handling trusted X-Forwarded-For from
     127.0.0.1, so rotating the header from loopback escaped the throttle. `ledger serve`
     turns it off: the client is the socket peer unless LEDGER_TRUSTED_PROXIES names it."""
@@ -153,7 +155,7 @@ def test_a_real_server_ignores_x_forwarded_for_without_a_trusted_proxy(database:
     from tests.conftest import TEST_ENV
     from tests.serving import Server
 
-    env = {**TEST_ENV, "LEDGER_DATABASE_URL": database, "LEDGER_AUTH_FAILURE_LIMIT": "3"}
+    env = {**TEST_ENV, "LEDGER_DATABASE_URL": own_database, "LEDGER_AUTH_FAILURE_LIMIT": "3"}
     with Server(env, tmp_path / "serve.log") as server:
         server.wait_ready()
         statuses = [

@@ -49,10 +49,12 @@ def counts(base: str) -> dict[tuple[str, str], float]:
 
 
 @pytest.mark.parametrize("fast_lane", ["1", "0"])
-def test_a_hang_up_mid_body_is_info_and_499_not_500(database: str, tmp_path: Path, fast_lane: str) -> None:
+def test_a_hang_up_mid_body_is_info_and_499_not_500(
+    own_database: str, tmp_path: Path, fast_lane: str
+) -> None:
     env = {
         **TEST_ENV,
-        "LEDGER_DATABASE_URL": database,
+        "LEDGER_DATABASE_URL": own_database,
         "LEDGER_LOG_LEVEL": "info",
         "LEDGER_FAST_LANE": fast_lane,
     }
