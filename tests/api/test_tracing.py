@@ -104,8 +104,13 @@ def test_a_gateway_trace_continues_into_the_ledger(
         while True:
             ours = [s for s in receiver.spans() if s.trace_id.hex() == trace_id]
             routes = {s.name for s in ours}
-            if any("settle" in name for name in routes) and any(
-                a.key == "db.system" for s in ours for a in s.attributes
+            # Every span wanted below: both requests' server spans (children of the gateway's
+            # span; a settle-named child span can arrive before its request's) and a statement.
+            served = sorted(s.name for s in ours if s.parent_span_id.hex() == parent_id)
+            if (
+                any(name.startswith("POST /v1/holds") and "settle" not in name for name in served)
+                and any("settle" in name for name in served)
+                and any(a.key == "db.system" for s in ours for a in s.attributes)
             ):
                 break
             assert time.monotonic() < deadline, f"spans of the trace never arrived: {sorted(routes)}"
