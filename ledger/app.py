@@ -31,6 +31,7 @@ from ledger.grants.controller import AdminGrantController
 from ledger.grants.service import GrantService
 from ledger.holds.controller import AdminHoldController, GatewayHoldController
 from ledger.holds.fastlane import FastLane
+from ledger.holds.lookup import AdminHoldLookupController, GatewayHoldLookupController
 from ledger.holds.service import HoldService
 from ledger.http.admission import admit
 from ledger.http.auth import TokenRegistry
@@ -61,6 +62,8 @@ CONTROLLERS: list[Any] = [
     GatewayQuoteController,
     GatewayHoldController,
     AdminHoldController,
+    GatewayHoldLookupController,
+    AdminHoldLookupController,
     AdminReconciliationController,
     AdminReportController,
     AdminAlertController,

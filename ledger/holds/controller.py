@@ -22,7 +22,7 @@ from ledger.holds.service import HoldService
 from ledger.http.auth import admin_guard, gateway_guard
 from ledger.http.body import read
 from ledger.http.idempotency_key import keyed
-from ledger.http.query import UuidCursor
+from ledger.http.query import From, To, UuidCursor, timestamp
 from ledger.http.request import actor_of
 from ledger.ids import parse_uuid
 from ledger.openapi import SECURITY
@@ -31,6 +31,8 @@ from ledger.schemas import Page
 
 # 100 years: any larger age would reach before year 1 (a 500 from datetime arithmetic).
 MAX_AGE_SECONDS = 100 * 366 * 86400
+
+METADATA = "with metadata_value: holds whose metadata has this key with this string value (both or neither)"
 
 HoldState = Literal["open", "interrupted", "settled", "released"]
 
@@ -113,7 +115,12 @@ class AdminHoldController(Controller):
     security = SECURITY
     tags = ["admin: holds"]
 
-    @get("/", summary="Holds by state, account and age (oldest first)", responses=refusals(GUARDED))
+    @get(
+        "/",
+        summary="Holds by state, account, age, model, budget key, creation time and one metadata "
+        "key/value (by id, cursor-paginated)",
+        responses=refusals(GUARDED),
+    )
     async def list_holds(
         self,
         request: Request[Any, Any, Any],
@@ -125,16 +132,41 @@ class AdminHoldController(Controller):
         ],
         limit: Annotated[int, Parameter(ge=1, le=500, default=50)],
         cursor: UuidCursor,
+        model: Annotated[str | None, Parameter(default=None, min_length=1, max_length=200)],
+        budget_key: Annotated[str | None, Parameter(default=None, min_length=1, max_length=128)],
+        start_text: From,
+        end_text: To,
+        metadata_key: Annotated[
+            str | None, Parameter(default=None, min_length=1, max_length=255, description=METADATA)
+        ],
+        metadata_value: Annotated[str | None, Parameter(default=None, max_length=4096, description=METADATA)],
     ) -> Page:
         if cursor is not None and parse_uuid(cursor) is None:
             raise ValidationFailed("cursor is not one this service issued", param="cursor")
+        start, end = timestamp(start_text, param="from"), timestamp(end_text, param="to")
+        if start is not None and end is not None and start >= end:
+            raise ValidationFailed("'from' must be earlier than 'to'", param="from")
+        if (metadata_key is None) != (metadata_value is None):
+            missing = "metadata_value" if metadata_value is None else "metadata_key"
+            raise ValidationFailed(
+                "metadata_key and metadata_value go together: give both or neither", param=missing
+            )
         older_than = (
             datetime.now(UTC) - timedelta(seconds=older_than_seconds)
             if older_than_seconds is not None
             else None
         )
         data, next_cursor = await service(request).page(
-            state=hold_state, account_id=account_id, older_than=older_than, cursor=cursor, limit=limit
+            state=hold_state,
+            account_id=account_id,
+            older_than=older_than,
+            cursor=cursor,
+            limit=limit,
+            model=model,
+            budget_key=budget_key,
+            start=start,
+            end=end,
+            metadata=(metadata_key, metadata_value) if metadata_key is not None else None,
         )
         return Page(data=data, next_cursor=next_cursor)
 

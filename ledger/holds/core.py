@@ -91,15 +91,32 @@ class HoldCore:
         older_than: datetime | None,
         cursor: str | None,
         limit: int,
+        **filters: Any,
     ) -> tuple[list[Hold], str | None]:
+        """A page of holds by id; `filters`: `repository.list_page`'s model, budget_key,
+        start, end and metadata."""
         after = parse_uuid(cursor) if cursor else None
         async with read_only(self.reads) as conn:
             rows = await repository.list_page(
-                conn, state=state, account_id=account_id, older_than=older_than, after=after, limit=limit + 1
+                conn,
+                state=state,
+                account_id=account_id,
+                older_than=older_than,
+                after=after,
+                limit=limit + 1,
+                **filters,
             )
         more = len(rows) > limit
         rows = rows[:limit]
         return [view(r) for r in rows], (str(rows[-1].id) if more and rows else None)
+
+    async def get_by_key(self, account_id: str, idempotency_key: str) -> Hold:
+        """The hold of the gateway's request id (account + idempotency key); 404 when none."""
+        async with read_only(self.autocommit) as conn:
+            row = await repository.get_by_key(conn, account_id, idempotency_key)
+        if row is None:
+            raise HoldNotFound(f"account {account_id!r} has no hold with this idempotency_key")
+        return view(row)
 
     # --- pricing -------------------------------------------------------------------
 

@@ -27,6 +27,9 @@ HOLD_COLUMNS = (
 )
 
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
+_GET_BY_KEY = text(  # the unique index holds (account_id, idempotency_key)
+    f"SELECT {HOLD_COLUMNS} FROM holds WHERE account_id = :account_id AND idempotency_key = :key"
+)
 _FIND_BY_KEY = text(
     "SELECT id, request_hash FROM holds WHERE account_id = :account_id AND idempotency_key = :key"
 )
@@ -47,6 +50,12 @@ _LIST = text(
      WHERE (CAST(:state AS text) IS NULL OR state = :state)
        AND (CAST(:account_id AS text) IS NULL OR account_id = :account_id)
        AND (CAST(:older_than AS timestamptz) IS NULL OR created_at <= :older_than)
+       AND (CAST(:model AS text) IS NULL OR model = :model)
+       AND (CAST(:budget_key AS text) IS NULL OR budget_key = :budget_key)
+       AND (CAST(:start AS timestamptz) IS NULL OR created_at >= :start)
+       AND (CAST(:end AS timestamptz) IS NULL OR created_at < :end)
+       AND (CAST(:metadata_key AS text) IS NULL
+            OR metadata @> jsonb_build_object(CAST(:metadata_key AS text), CAST(:metadata_value AS text)))
        AND id > :after
      ORDER BY id LIMIT :limit
     """
@@ -98,6 +107,11 @@ async def get(conn: AsyncConnection, hold_id: UUID) -> Any | None:
     return (await conn.execute(_GET, {"id": hold_id})).first()
 
 
+async def get_by_key(conn: AsyncConnection, account_id: str, key: str) -> Any | None:
+    """The hold a reserve with this account and idempotency key made (the gateway's request id)."""
+    return (await conn.execute(_GET_BY_KEY, {"account_id": account_id, "key": key})).first()
+
+
 async def lock_hold(conn: AsyncConnection, hold_id: UUID) -> Any | None:
     """The hold, with its account row and then its own row locked FOR UPDATE."""
     return (await conn.execute(_LOCK_HOLD, {"id": hold_id})).first()
@@ -133,11 +147,24 @@ async def list_page(
     older_than: datetime | None,
     after: UUID | None,
     limit: int,
+    model: str | None = None,
+    budget_key: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    metadata: tuple[str, str] | None = None,
 ) -> list[Any]:
+    """Holds by id after `after`, each filter given narrowing (created_at in [start, end);
+    `metadata`: a key whose value is that string, by jsonb containment)."""
     params = {
         "state": state,
         "account_id": account_id,
         "older_than": older_than,
+        "model": model,
+        "budget_key": budget_key,
+        "start": start,
+        "end": end,
+        "metadata_key": metadata[0] if metadata else None,
+        "metadata_value": metadata[1] if metadata else None,
         "after": after or UUID(int=0),
         "limit": limit,
     }

@@ -83,3 +83,5 @@ class Hold(msgspec.Struct, frozen=True):
     resolved_at: str | None
     interrupted_at: str | None
     budget_key: str | None = None
+    # What the journal charged for this request (settle + true-ups); "0" released; null until resolved.
+    cost: str | None = None

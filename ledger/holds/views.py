@@ -52,7 +52,17 @@ def view(row: Any) -> Hold:
         resolved_at=iso(row.resolved_at) if row.resolved_at else None,
         interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
         budget_key=row.budget_key,
+        cost=cost(row),
     )
+
+
+def cost(row: Any) -> str | None:
+    """The request's cost, the one figure the gateway returns for it: what the journal charged
+    the account for this hold, settle and true-up together (`charged` is the final charge, which
+    a true-up rewrites); "0" once released without a charge; None while open or interrupted."""
+    if row.state in UNRESOLVED:
+        return None
+    return format_amount(row.charged if row.charged is not None else Decimal(0))
 
 
 def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:

@@ -1,0 +1,58 @@
+"""HTTP shape of the request log's lookup: a hold found by the gateway's request id.
+
+The gateway's request id is the reserve's `idempotency_key`, unique per account (the
+unique index on holds (account_id, idempotency_key) serves the lookup: one indexed
+read on the primary, so a gateway finds the hold it has just reserved). The key is
+checked as a reserve checks it (1..255 characters; else 422 naming `idempotency_key`).
+No hold under that account and key, an unknown account included, is 404 `hold_not_found`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get
+from litestar.params import Parameter
+
+from ledger.holds.controller import service
+from ledger.holds.schemas import Hold
+from ledger.http.auth import admin_guard, gateway_guard
+from ledger.openapi import SECURITY
+from ledger.openapi.responses import GUARDED, refusals
+
+RequestKey = Annotated[
+    str,
+    Parameter(
+        query="idempotency_key",
+        min_length=1,
+        max_length=255,
+        description="the reserve's idempotency key (the gateway's request id)",
+    ),
+]
+SUMMARY = "The hold a reserve made with this idempotency key (the gateway's request id)"
+
+
+class GatewayHoldLookupController(Controller):
+    path = "/v1/accounts"
+    guards = [gateway_guard]
+    security = SECURITY
+    tags = ["gateway: holds"]
+
+    @get("/{account_id:str}/holds/by-key", summary=SUMMARY, responses=refusals(GUARDED, 404))
+    async def by_key(
+        self, request: Request[Any, Any, Any], account_id: str, idempotency_key: RequestKey
+    ) -> Hold:
+        return await service(request).get_by_key(account_id, idempotency_key)
+
+
+class AdminHoldLookupController(Controller):
+    path = "/admin/v1/accounts"
+    guards = [admin_guard]
+    security = SECURITY
+    tags = ["admin: holds"]
+
+    @get("/{account_id:str}/holds/by-key", summary=SUMMARY, responses=refusals(GUARDED, 404))
+    async def by_key(
+        self, request: Request[Any, Any, Any], account_id: str, idempotency_key: RequestKey
+    ) -> Hold:
+        return await service(request).get_by_key(account_id, idempotency_key)
