@@ -18,6 +18,7 @@ from ledger.openapi import SECURITY
 from ledger.openapi.responses import GUARDED, csv_or_json, refusals
 from ledger.reports.repository import GroupBy
 from ledger.reports.service import ReportService, revenue_csv
+from ledger.reports.usage import UsageGroupBy, usage_csv, usage_report
 
 Format = Annotated[Literal["json", "csv"] | None, Parameter(query="format", default=None)]
 CSV = "text/csv"  # Litestar adds "; charset=utf-8" to a text type
@@ -81,4 +82,34 @@ class AdminReportController(Controller):
         )
         if wants_csv(request, fmt):
             return Response(revenue_csv(report), media_type=CSV)
+        return Response(report)
+
+    @get(
+        "/accounts/{account_id:str}/usage",
+        summary="Usage for [from, to) by model, day or budget key: requests, tokens per category "
+        "and cost, totalling the statement's charges (JSON or CSV)",
+        responses={**csv_or_json("the usage report"), **refusals(GUARDED, 404)},
+    )
+    async def usage(
+        self,
+        request: Request[Any, Any, Any],
+        account_id: str,
+        start_text: From,
+        end_text: To,
+        fmt: Format,
+        group_by: Annotated[UsageGroupBy, Parameter(default="model")],
+    ) -> Response[Any]:
+        report = await usage_report(
+            service(request),
+            account_id,
+            group_by=group_by,
+            start=timestamp(start_text, param="from"),
+            end=timestamp(end_text, param="to"),
+        )
+        if wants_csv(request, fmt):
+            return Response(
+                usage_csv(report),
+                media_type=CSV,
+                headers={"Content-Disposition": f'attachment; filename="usage-{account_id}.csv"'},
+            )
         return Response(report)
