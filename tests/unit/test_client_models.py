@@ -28,7 +28,7 @@ from pricing import engine
 
 # The client's model, the service's type it mirrors, and which fields carry money.
 PAIRS: list[tuple[type[Any], type[msgspec.Struct], set[str]]] = [
-    (models.Hold, holds.Hold, {"amount", "released", "overage", "true_up"}),
+    (models.Hold, holds.Hold, {"amount", "released", "overage", "true_up", "cost"}),
     (models.Balance, accounts.Balance, {"balance", "paid", "granted", "held", "available", "credit_limit"}),
     (models.Charge, engine.Charge, {"amount"}),
     (models.ChargeLine, engine.ChargeLine, {"rate", "amount"}),
@@ -125,6 +125,7 @@ def test_a_hold_answer_parses_every_field_exactly() -> None:
         resolved_at="2026-12-07T10:01:00Z",
         interrupted_at=None,
         budget_key="project-a",
+        cost="0.0045",
     )
     hold = models.Hold.from_wire(msgspec.json.decode(msgspec.json.encode(wire)))
     assert (hold.resolved_reason, hold.budget_key, hold.overage, hold.ttl_seconds) == (
@@ -137,6 +138,7 @@ def test_a_hold_answer_parses_every_field_exactly() -> None:
         1000, 1000, 1, Decimal(6), Decimal(15), "standard", Decimal("0.021")
     )
     assert hold.charge is not None and hold.charge.amount == Decimal("0.0045")
+    assert hold.cost == Decimal("0.0045")
     assert hold.resolved_at is not None and hold.resolved_at.utcoffset() is not None
     assert hold.metadata == {"request": "r-1"}
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote as quote_path
+from urllib.parse import urlencode
 
 import httpx
 
@@ -74,6 +76,11 @@ def reserve(
 
 def get_hold(hold_id: str) -> Call[Hold]:
     return Call("GET", f"/v1/holds/{hold_id}", Hold.from_wire)
+
+
+def hold_by_key(account_id: str, idempotency_key: str) -> Call[Hold]:
+    query = urlencode({"idempotency_key": idempotency_key})
+    return Call("GET", f"/v1/accounts/{quote_path(account_id, safe='')}/holds/by-key?{query}", Hold.from_wire)
 
 
 def checkpoint(hold_id: str, usage: object) -> Call[Hold]:

@@ -122,6 +122,11 @@ class AsyncLedgerClient:
     async def get_hold(self, hold_id: str) -> Hold:
         return await self._send(_calls.get_hold(hold_id))
 
+    async def hold_by_key(self, account_id: str, idempotency_key: str) -> Hold:
+        """The hold a reserve made with this account and idempotency key (the gateway's request
+        id); `LedgerError` 404 `hold_not_found` when there is none."""
+        return await self._send(_calls.hold_by_key(account_id, idempotency_key))
+
     async def checkpoint(self, hold_id: str, usage: object) -> Hold:
         """Cumulative usage so far (counts only grow); extends the hold's expiry, charges nothing.
 
@@ -255,6 +260,10 @@ class LedgerClient:
 
     def get_hold(self, hold_id: str) -> Hold:
         return self._send(_calls.get_hold(hold_id))
+
+    def hold_by_key(self, account_id: str, idempotency_key: str) -> Hold:
+        """As `AsyncLedgerClient.hold_by_key`."""
+        return self._send(_calls.hold_by_key(account_id, idempotency_key))
 
     def checkpoint(self, hold_id: str, usage: object) -> Hold:
         """As `AsyncLedgerClient.checkpoint`; `usage` as for `settle`."""

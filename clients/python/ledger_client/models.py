@@ -129,6 +129,9 @@ class Hold:
     resolved_at: datetime | None
     interrupted_at: datetime | None
     budget_key: str | None
+    # The request's cost: what the ledger charged for it (true-ups included); 0 once released
+    # without a charge; None while open or interrupted.
+    cost: Decimal | None
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -160,6 +163,7 @@ class Hold:
             resolved_at=_maybe_time(data.get("resolved_at")),
             interrupted_at=_maybe_time(data.get("interrupted_at")),
             budget_key=data.get("budget_key"),
+            cost=_maybe_amount(data.get("cost")),
             raw=data,
         )
 
