@@ -66,6 +66,8 @@ SEMANTIC_422: dict[tuple[str, str], str] = {
     ("validation_error", r"period is required with an amount|period .* without an amount"): "a budget's "
     "period goes with its amount",
     ("validation_error", r"metadata is larger than"): "metadata is bounded by its size as JSON",
+    ("validation_error", r"^metadata_key and metadata_value go together"): "the hold list's metadata "
+    "filter is one key/value pair: either query parameter alone is refused",
     ("validation_error", r"^webhook_url's host (does not resolve|resolves to a)"): "a webhook destination "
     "is judged by where its host resolves (public, or an allowed network), which no pattern can state",
     ("validation_error", r"cannot be given when amount is null"): "a budget's removal takes no threshold",
