@@ -220,3 +220,40 @@ def test_a_hold_reserved_before_retirement_settles_releases_and_reconciles(
     assert after["notice"] == RETIRING
     assert Decimal(balance(client, account)["held"]) == 0
     assert_integrity(client)
+
+
+def test_the_openapi_document_declares_the_notice_the_header_and_410(
+    client: TestClient[Any], world: dict[str, Any]
+) -> None:
+    import jsonschema_rs
+
+    document = client.get("/schema/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    for path, method in (("/v1/holds", "post"), ("/v1/quotes", "post"), ("/admin/v1/quotes", "post")):
+        op = document["paths"][path][method]
+        assert "410" in op["responses"], path
+        assert "model_retired" in op["responses"]["410"]["description"]
+        ok = op["responses"]["201" if path == "/v1/holds" else "200"]
+        assert "Sunset" in ok.get("headers", {}), path
+    assert "Sunset" in document["paths"]["/v1/holds/{hold_id}"]["get"]["responses"]["200"]["headers"]
+    assert set(schemas["Notice"]["required"]) == {"code", "message", "retires_at"}
+    for name in ("Hold", "ChargeQuote", "ReservationQuote"):
+        assert "notice" in schemas[name]["properties"] and "notice" not in schemas[name].get("required", [])
+    assert "retires_at" in schemas["ErrorDetail"]["properties"]
+    model = schemas["ModelPrice"]["properties"]
+    assert {"default_output_tokens", "max_n", "retires_at"} <= set(model)
+    # real answers validate against it
+    hold = reserve(client, world["account"], "c-retiring", max_output_tokens=10).json()
+    check = jsonschema_rs.validator_for(
+        {"$ref": "#/components/schemas/Hold", "components": document["components"]}
+    )
+    assert check.is_valid(hold), hold
+    refused = reserve(client, world["account"], "c-retired", max_output_tokens=10).json()
+    error = jsonschema_rs.validator_for(
+        {"$ref": "#/components/schemas/ErrorBody", "components": document["components"]}
+    )
+    assert error.is_valid(refused), refused
+    published = jsonschema_rs.validator_for(
+        {"$ref": "#/components/schemas/PriceDocument", "components": document["components"]}
+    )
+    assert published.is_valid(sheet(world["currency"]))

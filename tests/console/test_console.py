@@ -424,6 +424,12 @@ def test_the_price_diff_shows_catalogue_limits_and_retirements(
     retirements = page.split("<h2>Retirements</h2>")[1].split("</table>")[0]
     assert "<td>t-simple</td><td>—</td><td>2027-04-01T00:00:00Z</td>" in retirements
     assert "No differences" not in page
+    page = web.get(f"/console/prices/{new}").text
+    assert (
+        '<span class="muted catalogue">default output 100 · n ≤ 2 · '
+        '<span class="bad">retires 2027-04-01T00:00:00Z</span></span>'
+    ) in page
+    assert "catalogue" not in web.get(f"/console/prices/{old}").text
 
 
 def test_statement_download_neutralises_formulas_after_blanks(
