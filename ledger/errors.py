@@ -103,6 +103,13 @@ class ClientDisconnected(LedgerError):
     status, code, type = 499, "client_disconnected", "invalid_request"
 
 
+class ModelRetired(LedgerError):
+    """The model is past the `retires_at` its price version gives: no new reserve or quote.
+    The error object adds `retires_at`; holds reserved before still settle and release."""
+
+    status, code, type = 410, "model_retired", "invalid_request"
+
+
 class PayloadTooLarge(LedgerError):
     status, code, type = 413, "payload_too_large", "invalid_request"
 

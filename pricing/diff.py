@@ -1,7 +1,9 @@
 """What changes between two price documents, and which changes are too large to trust.
 
 Used by ``ledger prices refresh`` to show a repricing and to refuse one that moves any
-rate by more than a factor (e.g. 3x) without a human looking.
+rate by more than a factor (e.g. 3x) without a human looking. Besides rates it reports,
+for models in both documents, the limits that change (token limits, the default output
+allowance, `max_n`) and the retirements (`retires_at`) that change.
 
 Invariants kept here:
 - rates are compared per model, per table (``standard`` / ``long_context``) and per
@@ -20,16 +22,20 @@ Invariants kept here:
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
 import msgspec
 
+from pricing.catalogue import format_timestamp
 from pricing.document import CATEGORIES, ModelPrice, PriceDocument, Rates
 from pricing.money import format_amount
 
 Table = Literal["standard", "long_context"]
-Limit = Literal["max_input_tokens", "max_output_tokens", "above_input_tokens"]
+Limit = Literal[
+    "max_input_tokens", "max_output_tokens", "above_input_tokens", "default_output_tokens", "max_n"
+]
 
 
 class RateChange(msgspec.Struct, frozen=True):
@@ -43,7 +49,8 @@ class RateChange(msgspec.Struct, frozen=True):
 
 
 class LimitChange(msgspec.Struct, frozen=True):
-    """A token limit of a model present in both documents that differs (None: no long-context table)."""
+    """A limit of a model present in both documents that differs: a token limit, its default
+    output allowance or its `max_n` (None: not given, e.g. no long-context table, no max_n)."""
 
     model: str
     limit: Limit
@@ -51,15 +58,24 @@ class LimitChange(msgspec.Struct, frozen=True):
     new: int | None
 
 
+class RetirementChange(msgspec.Struct, frozen=True):
+    """A model present in both documents whose `retires_at` differs (None: no retirement)."""
+
+    model: str
+    old: datetime | None
+    new: datetime | None
+
+
 class DocumentDiff(msgspec.Struct, frozen=True):
     added_models: tuple[str, ...]
     removed_models: tuple[str, ...]
     rates: tuple[RateChange, ...]
     limits: tuple[LimitChange, ...]
+    retirements: tuple[RetirementChange, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.added_models or self.removed_models or self.rates or self.limits)
+        return not (self.added_models or self.removed_models or self.rates or self.limits or self.retirements)
 
 
 def _table_changes(model: str, table: Table, old: Rates | None, new: Rates | None) -> list[RateChange]:
@@ -96,7 +112,7 @@ def diff_documents(old: PriceDocument, new: PriceDocument) -> list[RateChange]:
 
 
 def diff_limits(old: PriceDocument, new: PriceDocument) -> list[LimitChange]:
-    """Token limits that differ, for models in both documents."""
+    """Limits that differ (token limits, default output allowance, max_n), for models in both documents."""
     after = _by_name(new)
     changes: list[LimitChange] = []
     for price in old.models:
@@ -111,19 +127,32 @@ def diff_limits(old: PriceDocument, new: PriceDocument) -> list[LimitChange]:
                 None if price.long_context is None else price.long_context.above_input_tokens,
                 None if other.long_context is None else other.long_context.above_input_tokens,
             ),
+            ("default_output_tokens", price.default_output_tokens, other.default_output_tokens),
+            ("max_n", price.max_n, other.max_n),
         )
         changes.extend(LimitChange(price.model, limit, a, b) for limit, a, b in pairs if a != b)
     return changes
 
 
+def diff_retirements(old: PriceDocument, new: PriceDocument) -> list[RetirementChange]:
+    """Retirements (`retires_at`) that differ, for models in both documents."""
+    after = _by_name(new)
+    return [
+        RetirementChange(price.model, price.retires_at, other.retires_at)
+        for price in old.models
+        if (other := after.get(price.model)) is not None and other.retires_at != price.retires_at
+    ]
+
+
 def compare_documents(old: PriceDocument, new: PriceDocument) -> DocumentDiff:
-    """Added and removed models, rate changes and limit changes in one value."""
+    """Added and removed models, rate, limit and retirement changes in one value."""
     before, after = _by_name(old), _by_name(new)
     return DocumentDiff(
         added_models=tuple(name for name in after if name not in before),
         removed_models=tuple(name for name in before if name not in after),
         rates=tuple(diff_documents(old, new)),
         limits=tuple(diff_limits(old, new)),
+        retirements=tuple(diff_retirements(old, new)),
     )
 
 
@@ -148,8 +177,12 @@ def _rate_text(rate: Decimal | None) -> str | None:
     return None if rate is None else format_amount(rate)
 
 
+def _moment_text(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
+
+
 def diff_to_builtins(diff: DocumentDiff) -> dict[str, Any]:
-    """JSON-able form of a `DocumentDiff`, rates as plain decimal strings."""
+    """JSON-able form of a `DocumentDiff`, rates as plain decimal strings, times as ISO 8601 UTC."""
     return {
         "added_models": list(diff.added_models),
         "removed_models": list(diff.removed_models),
@@ -164,4 +197,8 @@ def diff_to_builtins(diff: DocumentDiff) -> dict[str, Any]:
             for c in diff.rates
         ],
         "limits": [{"model": c.model, "limit": c.limit, "old": c.old, "new": c.new} for c in diff.limits],
+        "retirements": [
+            {"model": c.model, "old": _moment_text(c.old), "new": _moment_text(c.new)}
+            for c in diff.retirements
+        ],
     }

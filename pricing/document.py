@@ -25,7 +25,10 @@ Invariants kept here (each refusal is a `PriceDocumentInvalid` naming the field)
   the older rule (non-empty, no surrounding whitespace), so no pinned version breaks;
 - `currency` is three upper-case letters; `effective_at` is timezone-aware (naive
   refused) and kept in UTC, or absent/null meaning "when published";
-- `source` is optional free text (it does not change money), "" when absent.
+- `source` is optional free text (it does not change money), "" when absent;
+- per model, the optional catalogue fields `default_output_tokens`, `max_n` and
+  `retires_at` (rules in `pricing.catalogue`); when absent they are left out of the
+  canonical form, so a document without them hashes as it did before they existed.
 
 Rates stay exact `Decimal`s from the string; nothing here ever touches a float.
 """
@@ -42,6 +45,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from pricing.catalogue import CATALOGUE_FIELDS, catalogue_to_builtins, parse_catalogue_fields
 from pricing.errors import ModelNotPriced, PriceDocumentInvalid
 from pricing.money import AmountError, format_amount, parse_rate
 from pricing.tokens import CountError, as_count
@@ -57,7 +61,7 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
 _MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
 _DOCUMENT_FIELDS = ("currency", "effective_at", "source", "models")
-_MODEL_FIELDS = ("model", "max_input_tokens", "max_output_tokens", "rates", "long_context")
+_MODEL_FIELDS = ("model", "max_input_tokens", "max_output_tokens", "rates", "long_context", *CATALOGUE_FIELDS)
 _LONG_CONTEXT_FIELDS = ("above_input_tokens", "rates")
 
 
@@ -104,13 +108,16 @@ class LongContext(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ModelPrice(msgspec.Struct, frozen=True, kw_only=True):
-    """One model's limits and rate tables."""
+    """One model's limits and rate tables, and its catalogue fields (`pricing.catalogue`)."""
 
     model: str
     max_input_tokens: int
     max_output_tokens: int
     rates: Rates
     long_context: LongContext | None = None
+    default_output_tokens: int | None = None
+    max_n: int | None = None
+    retires_at: datetime | None = None
 
 
 class PriceDocument(msgspec.Struct, frozen=True, kw_only=True):
@@ -280,6 +287,7 @@ def _model(value: object, path: str, *, stored: bool) -> ModelPrice:
         max_output_tokens=max_output,
         rates=rates,
         long_context=long_context,
+        **parse_catalogue_fields(obj, path, max_output_tokens=max_output),
     )
 
 
@@ -359,6 +367,7 @@ def model_price_to_builtins(price: ModelPrice) -> dict[str, Any]:
             "above_input_tokens": price.long_context.above_input_tokens,
             "rates": rates_to_builtins(price.long_context.rates),
         }
+    out.update(catalogue_to_builtins(price))  # absent ones left out: older hashes unchanged
     return out
 
 

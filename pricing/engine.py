@@ -13,6 +13,8 @@ Invariants kept here:
   cache_write (W - W5 - W1): cache_write, cache_write_5m, input; output: output.
   A rate of 0 is a rate that exists (it does not fall back);
 - lines come in that contract order; lines with zero tokens are left out;
+- an omitted output limit reserves the model's `default_output_tokens` when it has one
+  (else its maximum), and `n` above the model's `max_n` is refused (`pricing.catalogue`);
 - a reservation covers the worst case: A x (highest input-side rate) + O x n x
   (highest output rate), over the standard table and also the long-context table when
   A is above its threshold. So for any usage with P <= A and C <= O x n the charge is
@@ -30,6 +32,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from pricing.catalogue import check_completions, output_allowance
 from pricing.document import INPUT_SIDE_CATEGORIES, ModelPrice, Rates
 from pricing.errors import ModelLimitExceeded, ReservationInvalid
 from pricing.money import EXACT, ZERO, format_amount, parse_amount, parse_rate, tokens_cost
@@ -148,15 +151,17 @@ def size_reservation(
 
     - A = the model's `max_input_tokens`, or the request's if given and smaller (a larger
       one is clamped to the model's, not refused);
-    - O = the request's `max_output_tokens`, else the model's; above the model's is
-      `ModelLimitExceeded` (param ``max_output_tokens``);
-    - n completions, default 1, each with its own output allowance;
+    - O = the request's `max_output_tokens`, else the model's `default_output_tokens`, else
+      its `max_output_tokens`; above the model's maximum is `ModelLimitExceeded` (param
+      ``max_output_tokens``);
+    - n completions, default 1, each with its own output allowance; above the model's
+      `max_n` is `ModelLimitExceeded` (param ``n``);
     - a value that is not an integer or is < 1 is `ReservationInvalid` naming it.
     """
     a = price.max_input_tokens
     if max_input_tokens is not None:
         a = min(a, _request_count(max_input_tokens, "max_input_tokens", maximum=MAX_TOKENS))
-    o = price.max_output_tokens
+    o = output_allowance(price)
     if max_output_tokens is not None:
         o = _request_count(max_output_tokens, "max_output_tokens", maximum=MAX_TOKENS)
         if o > price.max_output_tokens:
@@ -165,6 +170,7 @@ def size_reservation(
                 f"{o} is above the model's limit of {price.max_output_tokens} output tokens",
             )
     completions = 1 if n is None else _request_count(n, "n", maximum=MAX_COMPLETIONS)
+    check_completions(price, completions)
 
     tier: Tier = "standard"
     input_rate = _highest_input_rate(price.rates)

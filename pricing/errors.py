@@ -8,13 +8,16 @@ Invariants kept here:
 - `ModelNotPriced` is a `LookupError`, not a `ValueError`: the input was fine, the price
   document simply has no row for the model. The ledger answers 503 ``pricing_unavailable``
   for a model it knows (priced in some version, or deliberately left unpriced) and 404
-  ``model_not_found`` for one it has never heard of.
+  ``model_not_found`` for one it has never heard of. `ModelRetired` is a `LookupError`
+  too: the model was priced but is past its `retires_at` (410 ``model_retired``).
 
 `pricing` imports nothing from `ledger`; the ledger maps these onto its own error tree
 (422 ``validation_error`` / ``usage_invalid`` / ``model_limit_exceeded``, 503).
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 
 class PricingInputError(ValueError):
@@ -46,6 +49,18 @@ class ModelLimitExceeded(PricingInputError):
 
 class ReservationInvalid(PricingInputError):
     """Reservation fields that are not usable numbers: < 1, not an integer (422 ``validation_error``)."""
+
+
+class ModelRetired(LookupError):
+    """The model was retired at `retires_at` (its price document says so): no new
+    reservation or quote (the ledger answers 410 ``model_retired``)."""
+
+    def __init__(self, model: str, retires_at: datetime) -> None:
+        self.model = model
+        self.retires_at = retires_at
+        when = retires_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        self.message = f"model {model!r} was retired at {when}; it takes no new requests"
+        super().__init__(self.message)
 
 
 class ModelNotPriced(LookupError):

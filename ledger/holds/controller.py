@@ -27,6 +27,7 @@ from ledger.http.request import actor_of
 from ledger.ids import parse_uuid
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
+from ledger.prices.notices import SUNSET_HEADER, sunset_headers
 from ledger.schemas import Page
 
 # 100 years: any larger age would reach before year 1 (a 500 from datetime arithmetic).
@@ -52,20 +53,23 @@ class GatewayHoldController(Controller):
         "/",
         status_code=201,
         summary="Reserve credit for a request's worst case (idempotent)",
-        responses={**replay(Hold), **refusals(GUARDED, BODY, 402, 404, 409)},
+        responses={**replay(Hold), **refusals(GUARDED, BODY, 402, 404, 409, 410)},
+        response_headers=[SUNSET_HEADER],
     )
     async def reserve(self, request: Request[Any, Any, Any], data: ReserveBody) -> Response[Hold]:
         body = keyed(request, await read(request, ReserveBody), ReserveRequest)
         hold, created = await service(request).reserve(body, actor_of(request))
-        return Response(hold, status_code=201 if created else 200)
+        return Response(hold, status_code=201 if created else 200, headers=sunset_headers(hold.notice))
 
     @get(
         "/{hold_id:str}",
         summary="A hold with its state, amounts, pinned price version, usage and charge",
         responses=refusals(GUARDED, 404),
+        response_headers=[SUNSET_HEADER],
     )
-    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
-        return await service(request).get(hold_id)
+    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Response[Hold]:
+        hold = await service(request).get(hold_id)
+        return Response(hold, headers=sunset_headers(hold.notice))
 
     @post(
         "/{hold_id:str}/usage",
@@ -170,9 +174,15 @@ class AdminHoldController(Controller):
         )
         return Page(data=data, next_cursor=next_cursor)
 
-    @get("/{hold_id:str}", summary="One hold", responses=refusals(GUARDED, 404))
-    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Hold:
-        return await service(request).get(hold_id)
+    @get(
+        "/{hold_id:str}",
+        summary="One hold",
+        responses=refusals(GUARDED, 404),
+        response_headers=[SUNSET_HEADER],
+    )
+    async def get_hold(self, request: Request[Any, Any, Any], hold_id: str) -> Response[Hold]:
+        hold = await service(request).get(hold_id)
+        return Response(hold, headers=sunset_headers(hold.notice))
 
     @post(
         "/{hold_id:str}/settle",

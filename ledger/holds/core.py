@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -33,9 +34,11 @@ from ledger.ids import parse_uuid
 from ledger.journal import repository as journal
 from ledger.journal.postings import Leg
 from ledger.metrics import OVERAGE_FLAGGED
+from ledger.prices import notices
 from ledger.prices.pricing import charge_usage, check_limits
 from ledger.prices.service import PriceService
 from ledger.settings import Settings
+from pricing.document import ModelPrice
 from pricing.engine import Charge
 from pricing.money import format_amount
 from pricing.usage import Usage
@@ -76,12 +79,23 @@ class HoldCore:
     # --- reads ---------------------------------------------------------------------
 
     async def get(self, hold_ref: str) -> Hold:
+        """One hold, with its model's retirement notice (`ledger.prices.notices`)."""
         hold_id = hold_id_of(hold_ref)
         async with read_only(self.autocommit) as conn:
             row = await repository.get(conn, hold_id)
         if row is None:
             raise HoldNotFound(f"hold {hold_ref!r} does not exist")
-        return view(row)
+        return await self.noticed(view(row), notices.now())
+
+    async def noticed(self, hold: Hold, at: datetime, price: ModelPrice | None = None) -> Hold:
+        """`hold` with the notice of its model in its pinned version (`price` if in hand, else
+        from the price cache), as judged at `at`; unchanged when the model has no retires_at."""
+        if price is None:
+            price = await self.prices.model_price(
+                currency=hold.currency, model=hold.model, version=hold.price_version
+            )
+        notice = notices.notice_for(price, at)
+        return hold if notice is msgspec.UNSET else msgspec.structs.replace(hold, notice=notice)
 
     async def page(
         self,

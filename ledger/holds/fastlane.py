@@ -49,6 +49,7 @@ from ledger.http.idempotency_key import with_key
 from ledger.http.middleware import REQUEST_ID, begin, finish, request_id_from
 from ledger.http.request import actor_for
 from ledger.metrics import FAST_LANE
+from ledger.prices.notices import sunset
 
 # Route templates, as Litestar names them (the metrics' `route` label).
 RESERVE = "/v1/holds"
@@ -134,22 +135,21 @@ class FastLane:
                     hold = await holds.release(hold_id, actor)
                     status = 200
                 payload = _encode(hold)
+                deadline = sunset(hold.notice)  # the model's retirement, as the controller sends it
             except Exception as exc:
                 error = refusal(exc, path=scope["path"], body_limit=settings.max_body_bytes)
                 status = error.status
                 payload = _encode(error_body(error))
+                deadline = None
             self._served[route].inc()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        _CONTENT_TYPE,
-                        (b"content-length", str(len(payload)).encode()),
-                        (REQUEST_ID, request_id.encode("latin-1")),
-                    ],
-                }
-            )
+            headers = [
+                _CONTENT_TYPE,
+                (b"content-length", str(len(payload)).encode()),
+                (REQUEST_ID, request_id.encode("latin-1")),
+            ]
+            if deadline is not None:
+                headers.append((b"sunset", deadline.encode("latin-1")))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
         finally:
             finish("POST", route, status, started)

@@ -11,6 +11,9 @@ Invariants:
   funds wins when both refuse;
 - an identical retry answers the hold it made (200, not 201), even once its pin lapsed;
   the same key with another request is 409 `idempotency_conflict`;
+- a model past its `retires_at` in the version used is 410 `model_retired` (judged at the
+  process's clock, once per request); the answer (201 or its 200 replay) carries the
+  model's retirement notice while one is scheduled (`ledger.prices.notices`);
 - a refused reserve writes nothing.
 """
 
@@ -31,6 +34,7 @@ from ledger.errors import (
     InsufficientFunds,
     LedgerError,
     ModelNotFound,
+    ModelRetired,
     PricingUnavailable,
 )
 from ledger.holds import repository
@@ -41,7 +45,8 @@ from ledger.idempotency import request_hash
 from ledger.ids import uuid7
 from ledger.metrics import MONEY_MOVEMENTS
 from ledger.money import available_of
-from ledger.prices.pricing import size
+from ledger.prices import notices
+from ledger.prices.pricing import check_retirement, size
 from ledger.schemas import check_metadata
 from pricing.engine import reservation_to_builtins
 from pricing.money import format_amount
@@ -55,6 +60,7 @@ class Reserve(HoldCore):
         budget_key = None if body.budget_key is msgspec.UNSET else body.budget_key
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
         pinned = body.price_version is not None
+        at = notices.now()  # retirement and its notice are judged at this instant
         for attempt in range(4):
             currency = await self._currency_of(body.account_id)
             version = body.price_version or await self._active_version(currency)
@@ -62,9 +68,10 @@ class Reserve(HoldCore):
                 if pinned and attempt == 0:  # a version in effect, or superseded within the grace
                     await self.prices.check_pin(version, self.settings.price_pin_grace_seconds)
                 price = await self.prices.model_price(currency=currency, model=body.model, version=version)
+                check_retirement(price, at)
                 reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
             except LedgerError as error:
-                unpriced = isinstance(error, ModelNotFound | PricingUnavailable)
+                unpriced = isinstance(error, ModelNotFound | PricingUnavailable | ModelRetired)
                 if unpriced and not pinned and await self._active_version_moved(currency, version):
                     continue  # the cached active version was stale: size again with the new one
                 replay = await self._replay(body.account_id, body.idempotency_key, digest)
@@ -92,11 +99,11 @@ class Reserve(HoldCore):
             row = await self.batcher.submit(operation, body.account_id)
             outcome = row.op_outcome
             if outcome == "created":
-                return self._reserved(row, reservation.n), True
+                return await self.noticed(self._reserved(row, reservation.n), at, price), True
             if outcome == "exists":  # looked up under the account lock: exact
                 if row.request_hash != digest:
                     raise self._key_conflict(body.idempotency_key)
-                return view(row), False
+                return await self.noticed(view(row), at), False
             if outcome == "version":
                 self._versions[currency] = row.op_detail["active_version"]  # size again with it
                 continue

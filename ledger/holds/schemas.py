@@ -8,7 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.budgets.schemas import BudgetKey
-from ledger.prices.schemas import Completions, ModelName, TokenCount, VersionId
+from ledger.prices.schemas import Completions, ModelName, Notice, TokenCount, VersionId
 from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
 
 TtlSeconds = Annotated[int, Meta(ge=1, le=86400)]
@@ -85,3 +85,6 @@ class Hold(msgspec.Struct, frozen=True):
     budget_key: str | None = None
     # What the journal charged for this request (settle + true-ups); "0" released; null until resolved.
     cost: str | None = None
+    # The model's retirement notice (`ledger.prices.notices`): on the reserve's answer and a
+    # single hold's GET when the pinned version gives the model a retires_at; absent otherwise.
+    notice: Notice | msgspec.UnsetType = msgspec.UNSET

@@ -3,7 +3,8 @@
 Every refusal the service answers is `{"error": {"type", "code", "message", "param", ...}}`
 (`ledger.http.errors.error_body`); a 402 adds `required`, `available`, `currency` and the
 `reservation` breakdown inside `error` (a `budget_exceeded` adds `budget_key`, `budget`,
-`spent`, `held`, `required`, `period_start` and `period_end`). A handler lists the statuses it can answer:
+`spent`, `held`, `required`, `period_start` and `period_end`; a 410 `model_retired` adds
+`retires_at`). A handler lists the statuses it can answer:
 
     @post("/{hold_id:str}/settle", responses=refusals(GUARDED, BODY, 404, 409))
 
@@ -40,6 +41,8 @@ class ErrorDetail(msgspec.Struct, frozen=True):
     period_start: str | None = None
     period_end: str | None = None
     budget_key: str | None = None
+    # model_retired: when the model retired (ISO 8601, UTC)
+    retires_at: str | None = None
 
 
 class ErrorBody(msgspec.Struct, frozen=True):
@@ -69,6 +72,8 @@ DESCRIPTIONS = {
     "`reconciliation_run_not_found`, `budget_not_found`: a named resource does not exist",
     409: "`idempotency_conflict`, `hold_state_conflict`, `account_exists`: the request conflicts "
     "with what is already recorded",
+    410: "`model_retired`: the model is past the `retires_at` its price version gives; `error` adds "
+    "`retires_at`. Holds reserved before still settle, release and reconcile",
     413: "`payload_too_large`: the body is larger than the service reads",
     415: "`unsupported_media_type`: the body is not `application/json`",
     422: "`validation_error`, `usage_invalid`, `model_limit_exceeded`: a field, parameter or "

@@ -156,6 +156,31 @@ class ModelPrice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_output_tokens: Limit
     rates: Rates
     long_context: LongContext | None = None
+    # Catalogue fields (pricing.catalogue); absent or null: the rules without them apply.
+    default_output_tokens: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_TOKENS,
+                description="the output allowance when a request names none; at most max_output_tokens",
+            ),
+        ]
+        | None
+    ) = None
+    max_n: (
+        Annotated[int, Meta(ge=1, le=MAX_COMPLETIONS, description="the most completions per request")] | None
+    ) = None
+    retires_at: (
+        Annotated[
+            str,
+            Meta(
+                pattern=RFC3339_WITH_OFFSET,
+                description="RFC 3339 with a time zone offset: from then on the model is refused (410)",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class PriceDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

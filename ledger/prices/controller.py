@@ -14,6 +14,7 @@ from ledger.http.body import read
 from ledger.http.request import actor_of
 from ledger.openapi import SECURITY
 from ledger.openapi.responses import BODY, GUARDED, refusals, replay
+from ledger.prices.notices import SUNSET_HEADER, sunset_headers
 from ledger.prices.schemas import ChargeQuote, PriceVersion, QuoteRequest, ReservationQuote
 from ledger.prices.service import PriceService
 from ledger.schemas import Page
@@ -78,12 +79,14 @@ class AdminPriceController(Controller):
         "/quotes",
         status_code=200,
         summary="Price a usage or size a reservation (no balance touched)",
-        responses=refusals(GUARDED, BODY, 404),
+        responses=refusals(GUARDED, BODY, 404, 410),
+        response_headers=[SUNSET_HEADER],
     )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
-    ) -> ChargeQuote | ReservationQuote:
-        return await service(request).quote(await read(request, QuoteRequest))
+    ) -> Response[ChargeQuote | ReservationQuote]:
+        answer = await service(request).quote(await read(request, QuoteRequest))
+        return Response(answer, headers=sunset_headers(answer.notice))
 
 
 class GatewayQuoteController(Controller):
@@ -96,11 +99,13 @@ class GatewayQuoteController(Controller):
         "/quotes",
         status_code=200,
         summary="Price a usage or size a reservation (no balance touched)",
-        responses=refusals(GUARDED, BODY, 404),
+        responses=refusals(GUARDED, BODY, 404, 410),
+        response_headers=[SUNSET_HEADER],
     )
     async def quote(
         self, request: Request[Any, Any, Any], data: QuoteRequest
-    ) -> ChargeQuote | ReservationQuote:
+    ) -> Response[ChargeQuote | ReservationQuote]:
         # The gateway quotes what it may reserve: a pinned version must be pinnable.
         grace = request.app.state.settings.price_pin_grace_seconds
-        return await service(request).quote(await read(request, QuoteRequest), pin_grace_seconds=grace)
+        answer = await service(request).quote(await read(request, QuoteRequest), pin_grace_seconds=grace)
+        return Response(answer, headers=sunset_headers(answer.notice))

@@ -7,23 +7,28 @@ without a price answers the same status and code from a quote, a reserve or a se
 - `ModelLimitExceeded` -> 422 `model_limit_exceeded`;
 - `PriceDocumentInvalid` -> 422 `validation_error` (a refused price document);
 - any other `PricingInputError` -> 422 `validation_error`;
-- `ModelNotPriced` -> 503 `pricing_unavailable`.
-Anything else is returned unchanged. `usage_of`, `size`, `charge_usage` and `charge`
-call the engine through it; nothing else in the service catches an engine refusal.
+- `ModelNotPriced` -> 503 `pricing_unavailable`;
+- `ModelRetired` -> 410 `model_retired` (param `model`, `retires_at` in the error object).
+Anything else is returned unchanged. `usage_of`, `size`, `charge_usage`, `charge` and
+`check_retirement` call the engine through it; nothing else in the service catches an
+engine refusal.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ledger.errors import (
     ModelLimitExceeded,
+    ModelRetired,
     PriceDocumentRefused,
     PricingUnavailable,
     UsageInvalid,
     ValidationFailed,
 )
 from pricing import errors as pricing_errors
+from pricing.catalogue import check_not_retired, format_timestamp
 from pricing.document import ModelPrice
 from pricing.engine import Charge, Reservation, check_usage_limits, compute_charge, size_reservation
 from pricing.usage import Usage, parse_usage
@@ -44,7 +49,18 @@ def translate_pricing_error(error: Exception, *, param: str = "usage") -> Except
         return PricingUnavailable(
             f"no valid price for model {error.model!r} in the selected price version", param="model"
         )
+    if isinstance(error, pricing_errors.ModelRetired):
+        retires_at = format_timestamp(error.retires_at)
+        return ModelRetired(error.message, param="model", extra={"retires_at": retires_at})
     return error
+
+
+def check_retirement(price: ModelPrice, now: datetime) -> None:
+    """Refuse a new reserve or quote for a model retired at `now` (410 `model_retired`)."""
+    try:
+        check_not_retired(price, now)
+    except pricing_errors.ModelRetired as error:
+        raise translate_pricing_error(error) from error
 
 
 def size(price: ModelPrice, max_input: int | None, max_output: int | None, n: int | None) -> Reservation:

@@ -18,8 +18,9 @@ immutable once published.
     nothing is published (`unchanged`);
   * a version of the currency was published after the last refresh (by hand): refused
     (`refuse_newer_version`) unless forced;
-  * sources that change no model, rate or limit of the active version (only `source`
-    text): recorded, nothing published, so a refresh never publishes an empty diff;
+  * sources that change no model, rate, limit or retirement of the active version
+    (only `source` text): recorded, nothing published, so a refresh never publishes an
+    empty diff;
   * a rate moving by more than a factor (default 3x) against the active version:
     refused (`refuse_rate_move`) unless forced, naming the rates, so a broken feed
     cannot reprice the world;
@@ -260,7 +261,9 @@ async def _refresh(
     if diff is not None and latest is not None and diff.empty:
         # Only the sources' `source` text changed: no price moves, so no new version.
         await remember(latest.version, "adopt")
-        return result("unchanged", f"the sources change no model, rate or limit of {latest.version}")
+        return result(
+            "unchanged", f"the sources change no model, rate, limit or retirement of {latest.version}"
+        )
     refused = [] if previous is None else _refused(previous, doc, max_factor)
     if refused and not force:
         return result(

@@ -41,16 +41,27 @@ class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     n: Completions | None = None
 
 
+class Notice(msgspec.Struct, frozen=True):
+    """What the gateway may pass on to its client about the model: today its retirement
+    (`code` `model_retiring` before `retires_at`, `model_retired` after; `ledger.prices.notices`)."""
+
+    code: str
+    message: str
+    retires_at: str
+
+
 class ChargeQuote(msgspec.Struct, frozen=True):
     model: str
     price_version: str
     charge: dict[str, Any]
+    notice: Notice | msgspec.UnsetType = msgspec.UNSET  # absent: the model has no retires_at
 
 
 class ReservationQuote(msgspec.Struct, frozen=True):
     model: str
     price_version: str
     reservation: dict[str, Any]
+    notice: Notice | msgspec.UnsetType = msgspec.UNSET  # absent: the model has no retires_at
 
 
 RefreshOutcome = Literal["publish", "unchanged", "refuse_rate_move", "refuse_newer_version"]

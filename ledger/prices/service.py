@@ -15,9 +15,9 @@ from decimal import Decimal
 from ledger.context import Actor
 from ledger.db import read_only
 from ledger.errors import ValidationFailed
-from ledger.prices import publishing
+from ledger.prices import notices, publishing
 from ledger.prices.catalog import PriceCatalog
-from ledger.prices.pricing import charge, size
+from ledger.prices.pricing import charge, check_retirement, size
 from ledger.prices.schemas import ChargeQuote, PriceVersion, PublishResult, QuoteRequest, ReservationQuote
 from pricing.document import PriceDocument
 from pricing.engine import charge_to_builtins, reservation_to_builtins
@@ -73,10 +73,18 @@ class PriceService(PriceCatalog):
             version, price = await self.resolve(
                 conn, currency=body.currency, model=body.model, pinned=body.price_version
             )
+        at = notices.now()
+        check_retirement(price, at)  # 410 once the model is retired, either kind of quote
+        notice = notices.notice_for(price, at)
         if body.usage is not None:
             cost = charge(price, body.usage, body.n or 1)  # a settle would refuse it too
-            return ChargeQuote(model=body.model, price_version=version, charge=charge_to_builtins(cost))
+            return ChargeQuote(
+                model=body.model, price_version=version, charge=charge_to_builtins(cost), notice=notice
+            )
         reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
         return ReservationQuote(
-            model=body.model, price_version=version, reservation=reservation_to_builtins(reservation)
+            model=body.model,
+            price_version=version,
+            reservation=reservation_to_builtins(reservation),
+            notice=notice,
         )

@@ -165,6 +165,56 @@ def test_replay_conflict_and_service_refusals_are_the_same(
     assert same(client, framework, bad_hold_id)[0].status_code == 404
 
 
+def test_catalogue_notice_sunset_and_refusals_are_the_same(
+    client: TestClient[Any], framework: TestClient[Any], make_account: Any
+) -> None:
+    """A retiring model's notice and Sunset header, a retired model's 410 and n above max_n."""
+    currency = fresh_currency()
+    doc = simple_document(currency, model="t-retiring")
+    limits = {k: v for k, v in doc["models"][0].items() if k != "model"}
+    doc["models"][0]["retires_at"] = "2099-01-01T00:00:00Z"
+    doc["models"].append({"model": "t-retired", **limits, "retires_at": "2020-01-01T00:00:00Z"})
+    doc["models"].append({"model": "t-capped", **limits, "max_n": 2, "default_output_tokens": 50})
+    publish(client, doc)
+    account = make_account("1", currency=currency)
+    fixed = {"fast": key("fast"), "slow": key("slow")}
+
+    def send(model: str, **extra: Any) -> Callable[[TestClient[Any], str], Any]:
+        def call(c: TestClient[Any], tag: str) -> Any:
+            body = {"account_id": account, "model": model, "idempotency_key": fixed[tag], **extra}
+            return c.post("/v1/holds", json=body, headers=auth(GATEWAY))
+
+        return call
+
+    served = lane("served")
+    a, b = same(client, framework, send("t-retiring", max_output_tokens=10))
+    assert a.status_code == 201 and a.json()["notice"]["code"] == "model_retiring"
+    assert a.headers["sunset"] == b.headers["sunset"] == "Thu, 01 Jan 2099 00:00:00 GMT"
+    a, _ = same(client, framework, send("t-retiring", max_output_tokens=10))  # the replay: 200, the same
+    assert a.status_code == 200 and a.headers["sunset"] == "Thu, 01 Jan 2099 00:00:00 GMT"
+    holds = {"fast": a.json()["id"], "slow": b.json()["id"]}
+
+    def settle(c: TestClient[Any], tag: str) -> Any:
+        return c.post(f"/v1/holds/{holds[tag]}/settle", json=usage(10, 10), headers=auth(GATEWAY))
+
+    a, _ = same(client, framework, settle)
+    assert a.status_code == 200 and "notice" not in a.json() and "sunset" not in a.headers
+    fixed.update(fast=key("fast"), slow=key("slow"))
+    a, _ = same(client, framework, send("t-retired", max_output_tokens=10))
+    assert (a.status_code, a.json()["error"]["code"]) == (410, "model_retired")
+    assert a.json()["error"]["retires_at"] == "2020-01-01T00:00:00Z" and "sunset" not in a.headers
+    a, _ = same(client, framework, send("t-capped", n=3))
+    assert (a.status_code, a.json()["error"]["code"], a.json()["error"]["param"]) == (
+        422,
+        "model_limit_exceeded",
+        "n",
+    )
+    a, _ = same(client, framework, send("t-capped", n=2))  # the default output allowance, twice
+    assert a.status_code == 201 and a.json()["reservation"]["output_allowance"] == 50
+    assert "notice" not in a.json() and "sunset" not in a.headers
+    assert lane("served") - served == 6  # the fast lane answered every one itself
+
+
 @pytest.mark.parametrize(
     "case",
     [

@@ -162,6 +162,38 @@ def test_sources_changing_only_their_source_text_publish_nothing(
     )
 
 
+def test_sources_changing_only_limits_or_a_retirement_publish_and_show_them(
+    client: TestClient[Any], database: str, tmp_path: Path
+) -> None:
+    currency = fresh_currency()
+    sheet = tmp_path / "sources.json"
+    sheet.write_text(json.dumps(simple_document(currency)))
+    refresh(database, sheet)
+    catalogued = simple_document(currency)
+    catalogued["models"][0].update(max_n=2, default_output_tokens=100, retires_at="2027-04-01T00:00:00Z")
+    sheet.write_text(json.dumps(catalogued))
+    code, result = refresh(database, sheet, "--dry-run")
+    assert (code, result["outcome"], result["published"]) == (0, "publish", False)
+    code, result = refresh(database, sheet)
+    assert (code, result["outcome"], result["published"]) == (0, "publish", True)
+    assert result["diff"]["rates"] == []
+    assert result["diff"]["limits"] == [
+        {"model": "t-simple", "limit": "default_output_tokens", "old": None, "new": 100},
+        {"model": "t-simple", "limit": "max_n", "old": None, "new": 2},
+    ]
+    assert result["diff"]["retirements"] == [
+        {"model": "t-simple", "old": None, "new": "2027-04-01T00:00:00Z"}
+    ]
+    assert len(versions_of(client, currency)) == 2
+    stored = client.get(f"/admin/v1/price-versions/{result['version']['version']}", headers=auth(VIEWER))
+    model = stored.json()["document"]["models"][0]
+    assert (model["max_n"], model["default_output_tokens"], model["retires_at"]) == (
+        2,
+        100,
+        "2027-04-01T00:00:00Z",
+    )
+
+
 def test_the_refresh_job_records_a_skip_over_a_finance_version(
     client: TestClient[Any], settings: Any, sa_url: str, tmp_path: Path, sql: psycopg.Connection[Any]
 ) -> None:

@@ -21,6 +21,8 @@ from ledger_client import (
     Hold,
     InsufficientFunds,
     LedgerClient,
+    ModelRetired,
+    Notice,
     Reservation,
     ReservationQuote,
 )
@@ -50,7 +52,8 @@ def test_hold_answers_fill_every_field(ledger: Ledger) -> None:
             metadata={"r": "1"},
             **LIMITS,
         )
-        assert set(hold.raw) == fields(Hold)  # the reserve's answer has no field the model lacks
+        # the reserve's answer has no field the model lacks (`notice`: absent without a retires_at)
+        assert set(hold.raw) == fields(Hold) - {"notice"} and hold.notice is None
         assert hold.reservation == Reservation(
             1000, 1000, 1, Decimal(6), Decimal(15), "standard", Decimal("0.021")
         )
@@ -58,7 +61,7 @@ def test_hold_answers_fill_every_field(ledger: Ledger) -> None:
         assert hold.ttl_seconds > 0 and hold.updated_at >= hold.created_at
         assert (hold.resolved_reason, hold.resolved_at, hold.overage) == (None, None, None)
         settled = c.settle(hold.id, FINAL)
-        assert set(settled.raw) == fields(Hold)
+        assert set(settled.raw) == fields(Hold) - {"notice"}
         assert settled.resolved_at is not None and settled.overage == 0
         assert (settled.resolved_by, settled.resolved_reason) == ("gateway", None)
 
@@ -129,3 +132,47 @@ def test_a_budget_refusal_is_budget_exceeded_with_its_numbers(ledger: Ledger) ->
     )
     assert (error.required, error.available) == (Decimal("0.021"), Decimal("0.009"))
     assert error.period_start is not None and error.period_end is not None
+
+
+def test_a_retiring_model_s_notice_and_a_retired_model_s_refusal(ledger: Ledger) -> None:
+    currency = "XRT"
+    rates = {"input": "1", "output": "2"}
+    limits = {"max_input_tokens": 1000, "max_output_tokens": 500, "rates": rates}
+    ledger.admin(
+        "POST",
+        "/admin/v1/price-versions",
+        {
+            "currency": currency,
+            "models": [
+                {"model": "m-retiring", "retires_at": "2099-04-01T00:00:00Z", **limits},
+                {"model": "m-retired", "retires_at": "2020-01-01T00:00:00+02:00", **limits},
+            ],
+        },
+    )
+    account = new_id()
+    ledger.admin("POST", "/admin/v1/accounts", {"account_id": account, "currency": currency})
+    ledger.admin(
+        "POST", f"/admin/v1/accounts/{account}/deposits", {"idempotency_key": new_id("d"), "amount": "1"}
+    )
+    when = datetime(2099, 4, 1, tzinfo=UTC)
+    with client(ledger) as c:
+        hold = c.reserve(account, "m-retiring", max_output_tokens=10)
+        assert set(hold.raw) == fields(Hold)
+        assert hold.notice is not None and (hold.notice.code, hold.notice.retires_at) == (
+            "model_retiring",
+            when,
+        )
+        assert "m-retiring retires at 2099-04-01T00:00:00Z" in hold.notice.message
+        assert c.get_hold(hold.id).notice == hold.notice
+        quote = c.quote("m-retiring", currency=currency, max_output_tokens=10)
+        assert isinstance(quote, ReservationQuote) and quote.notice == hold.notice
+        assert quote.reservation.amount == Decimal("0.00102")  # 1000 x 1 / 1e6 + 10 x 2 / 1e6
+        priced = c.quote("m-retiring", currency=currency, usage=FINAL)
+        assert isinstance(priced, ChargeQuote) and priced.notice == hold.notice
+        with pytest.raises(ModelRetired) as refused:
+            c.reserve(account, "m-retired", max_output_tokens=10)
+        with pytest.raises(ModelRetired) as quoted:
+            c.quote("m-retired", currency=currency, usage=FINAL)
+    assert (refused.value.status, refused.value.code, refused.value.param) == (410, "model_retired", "model")
+    assert refused.value.retires_at == datetime(2019, 12, 31, 22, tzinfo=UTC) == quoted.value.retires_at
+    assert isinstance(Notice.from_wire(hold.raw["notice"]), Notice)

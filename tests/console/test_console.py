@@ -408,6 +408,30 @@ def test_read_pages_show_holds_runs_integrity_and_price_diff(
     assert "price_version_not_found" in missing.text
 
 
+def test_the_price_diff_shows_catalogue_limits_and_retirements(
+    web: TestClient[Any], client: TestClient[Any]
+) -> None:
+    currency = fresh_currency()
+    old = publish(client, simple_document(currency))
+    doc = simple_document(currency)
+    doc["models"][0].update(max_n=2, default_output_tokens=100, retires_at="2027-04-01T00:00:00Z")
+    new = publish(client, doc)
+    login(web, VIEWER)
+    page = web.get("/console/prices/diff", params={"old": old, "new": new}).text
+    limits = page.split("<h2>Limits</h2>")[1].split("</table>")[0]
+    assert '<td>t-simple</td><td>max_n</td><td class="num">—</td><td class="num">2</td>' in limits
+    assert '<td>default_output_tokens</td><td class="num">—</td><td class="num">100</td>' in limits
+    retirements = page.split("<h2>Retirements</h2>")[1].split("</table>")[0]
+    assert "<td>t-simple</td><td>—</td><td>2027-04-01T00:00:00Z</td>" in retirements
+    assert "No differences" not in page
+    page = web.get(f"/console/prices/{new}").text
+    assert (
+        '<span class="muted catalogue">default output 100 · n ≤ 2 · '
+        '<span class="bad">retires 2027-04-01T00:00:00Z</span></span>'
+    ) in page
+    assert "catalogue" not in web.get(f"/console/prices/{old}").text
+
+
 def test_statement_download_neutralises_formulas_after_blanks(
     web: TestClient[Any], make_account: Any, client: TestClient[Any]
 ) -> None:

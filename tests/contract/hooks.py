@@ -51,7 +51,8 @@ SEMANTIC_422: dict[tuple[str, str], str] = {
     "an integer field must be a JSON integer",
     (
         "validation_error",
-        r"is not a date and time that exists|^effective_at: must be an ISO-8601",
+        r"is not a date and time that exists|^effective_at: must be an ISO-8601|"
+        r"^models\[\d+\]\.retires_at: must be an ISO-8601",
     ): "a calendar (30 February) is not a pattern: a timestamp that matches the documented pattern "
     "on a day that does not exist",
     ("validation_error", r" is before |must be earlier than"): "a range's end is compared with its start "
@@ -75,9 +76,10 @@ SEMANTIC_422: dict[tuple[str, str], str] = {
     (
         "validation_error",
         r"must be below the model's max_input_tokens|long-context table must give|standard table does not "
-        r"give|duplicate model",
+        r"give|duplicate model|must not exceed the model's max_output_tokens",
     ): "a price document's fields relate: the long-context threshold is below the model's input limit, "
-    "both tables give the same categories, a model appears once",
+    "both tables give the same categories, a model appears once, its default output allowance is at "
+    "most its output limit",
 }
 
 

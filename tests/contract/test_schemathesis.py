@@ -12,7 +12,8 @@ auth, use after free, resource availability.
 
 Three checks are narrowed, never dropped, in `tests/contract/hooks.py`, each by the exact
 answers of a money API that a schema cannot predict, with the reason beside it (and 402,
-not a 2xx, is the answer to a reservation the account cannot pay: configured below).
+not a 2xx, is the answer to a reservation the account cannot pay, 410 to one for a retired
+model: configured below).
 Runs are seeded (the same requests every run) and bounded: each surface within
 `TIMEOUT_SECONDS`.
 """
@@ -45,8 +46,10 @@ EXAMPLES = 15
 # admin surface about 30 s.
 TIMEOUT_SECONDS = 150
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
-# A schema-valid reservation the account cannot pay is 402 (the contract), not a 2xx.
-POSITIVE_STATUSES = ["2xx", "3xx", "401", "402", "403", "404", "409", "429", "5xx"]
+# A schema-valid reservation the account cannot pay is 402 (the contract), not a 2xx; a
+# reserve or quote for a model past the retires_at its price version gives is 410 (a
+# document the run itself published may retire a model in the past).
+POSITIVE_STATUSES = ["2xx", "3xx", "401", "402", "403", "404", "409", "410", "429", "5xx"]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from pricing.diff import (
     LimitChange,
     RateChange,
+    RetirementChange,
     compare_documents,
     diff_documents,
     diff_limits,
@@ -148,3 +150,36 @@ def test_long_context_rates_are_judged_too() -> None:
 def test_factor_must_be_at_least_one() -> None:
     with pytest.raises(ValueError):
         excessive_changes(OLD, OLD, Decimal("0.5"))
+
+
+def test_catalogue_fields_are_limit_and_retirement_changes() -> None:
+    raw = contract_price_document()
+    raw["models"][0]["max_n"] = 4
+    raw["models"][1]["default_output_tokens"] = 1024
+    raw["models"][1]["retires_at"] = "2027-04-01T00:00:00Z"
+    new = _doc(raw)
+    diff = compare_documents(OLD, new)
+    assert not diff.empty and diff.rates == ()
+    assert diff.limits == (
+        LimitChange("gpt-6-luna", "max_n", None, 4),
+        LimitChange("claude-sonnet-4-6", "default_output_tokens", None, 1024),
+    )
+    assert diff.retirements == (
+        RetirementChange("claude-sonnet-4-6", None, datetime(2027, 4, 1, tzinfo=UTC)),
+    )
+    out = diff_to_builtins(diff)
+    assert out["retirements"] == [{"model": "claude-sonnet-4-6", "old": None, "new": "2027-04-01T00:00:00Z"}]
+    assert {"model": "gpt-6-luna", "limit": "max_n", "old": None, "new": 4} in out["limits"]
+    # moved, then withdrawn: each is a change; the same fields again are none
+    later = dict(raw, models=[dict(m) for m in raw["models"]])
+    later["models"][1]["retires_at"] = "2027-05-01T00:00:00Z"
+    moved = compare_documents(new, _doc(later)).retirements
+    assert moved == (
+        RetirementChange(
+            "claude-sonnet-4-6", datetime(2027, 4, 1, tzinfo=UTC), datetime(2027, 5, 1, tzinfo=UTC)
+        ),
+    )
+    assert compare_documents(new, OLD).retirements == (
+        RetirementChange("claude-sonnet-4-6", datetime(2027, 4, 1, tzinfo=UTC), None),
+    )
+    assert compare_documents(new, _doc(raw)).empty

@@ -73,18 +73,21 @@ class Listed:
     output: str
     max_input: int
     max_output: int
+    max_n: int
+    retires_at: str | None = None
 
 
-# The list prices as recorded in pricing/sheets/README.md, checked against the files.
+# The list prices and catalogue fields as recorded in pricing/sheets/README.md (max output and
+# n per model as the gateway's model reference, seed 000, gives them), checked against the files.
 LISTED = [
-    Listed("gpt-5", "1.25", "10", 272000, 128000),
-    Listed("gpt-5-mini", "0.25", "2", 272000, 128000),
-    Listed("gpt-5.1", "1.25", "10", 272000, 128000),
-    Listed("gpt-6-astra", "10", "50", 922000, 128000),
-    Listed("gpt-6-sol", "2", "10", 922000, 128000),
-    Listed("gpt-6-luna", "0.1", "0.5", 922000, 128000),
-    Listed("claude-opus-4-8", "5", "25", 1000000, 128000),
-    Listed("claude-sonnet-4-6", "3", "15", 1000000, 128000),
+    Listed("gpt-5", "1.25", "10", 272000, 128000, 4),
+    Listed("gpt-5-mini", "0.25", "2", 272000, 128000, 4),
+    Listed("gpt-5.1", "1.25", "10", 272000, 128000, 4, "2027-04-01T00:00:00Z"),
+    Listed("gpt-6-astra", "10", "50", 922000, 128000, 1),
+    Listed("gpt-6-sol", "2", "10", 922000, 128000, 1),
+    Listed("gpt-6-luna", "0.1", "0.5", 922000, 128000, 1),
+    Listed("claude-opus-4-8", "5", "25", 1000000, 128000, 1),
+    Listed("claude-sonnet-4-6", "3", "15", 1000000, 128000, 1),
 ]
 
 
@@ -94,6 +97,16 @@ def test_bundled_prices_match_the_readme(listed: Listed) -> None:
     assert price.rates.input == Decimal(listed.input)
     assert price.rates.output == Decimal(listed.output)
     assert (price.max_input_tokens, price.max_output_tokens) == (listed.max_input, listed.max_output)
+    assert price.max_n == listed.max_n
+    assert price.default_output_tokens is None  # the catalogue specifies no default output limit
+    retires = None if price.retires_at is None else price.retires_at.isoformat().replace("+00:00", "Z")
+    assert retires == listed.retires_at
+    row = next(
+        line
+        for line in (SHEETS_DIR / "README.md").read_text().splitlines()
+        if line.startswith(f"| {listed.model} |")
+    )
+    assert f"| {listed.max_n} | {listed.retires_at or '—'} |" in row
 
 
 def test_gpt6_long_context_is_2x_input_and_cache_and_1_5x_output() -> None:

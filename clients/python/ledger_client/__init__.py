@@ -5,7 +5,13 @@ only the standard library and httpx, so a gateway can ship it alone.
 """
 
 from ledger_client.client import AsyncLedgerClient, LedgerClient
-from ledger_client.errors import BudgetExceeded, InsufficientFunds, LedgerError, LedgerUnavailable
+from ledger_client.errors import (
+    BudgetExceeded,
+    InsufficientFunds,
+    LedgerError,
+    LedgerUnavailable,
+    ModelRetired,
+)
 from ledger_client.models import (
     Balance,
     Charge,
@@ -13,6 +19,7 @@ from ledger_client.models import (
     ChargeQuote,
     Hold,
     HoldState,
+    Notice,
     Reservation,
     ReservationQuote,
     Tier,
@@ -37,6 +44,8 @@ __all__ = [
     "LedgerClient",
     "LedgerError",
     "LedgerUnavailable",
+    "ModelRetired",
+    "Notice",
     "Reservation",
     "ReservationQuote",
     "RetryPolicy",

@@ -5,13 +5,15 @@ Every refusal the service answers with is `{"error": {"type", "code", "message",
 `InsufficientFunds`, whose `required` and `available` are `Decimal` (never float), so a
 gateway can lower its output limit and try again; a 402 `budget_exceeded` (the reserve's
 `budget_key` is past its budget) is its subclass `BudgetExceeded`, whose `available` is what
-the budget still allows this period (`budget` - `spent` - `held`, never below 0). When the
+the budget still allows this period (`budget` - `spent` - `held`, never below 0). A 410
+`model_retired` is `ModelRetired`, with the model's `retires_at`. When the
 ledger cannot be reached at all (after the retries), the error is `LedgerUnavailable`, with
 the transport error as its cause.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -84,6 +86,27 @@ class BudgetExceeded(InsufficientFunds):
         self.period_end: str | None = detail.get("period_end")
 
 
+class ModelRetired(LedgerError):
+    """410 `model_retired`: the model is past its `retires_at` (an aware `datetime`, or None if
+    the body lacks it); nothing was held. Holds reserved before still settle and release."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(status, code, message, type=type, param=param, body=body)
+        when = (body or {}).get("error", {}).get("retires_at")
+        self.retires_at: datetime | None = (
+            datetime.fromisoformat(str(when).replace("Z", "+00:00")) if when else None
+        )
+
+
 class LedgerUnavailable(LedgerError):
     """The ledger could not be reached, or kept answering 503, within the retry budget."""
 
@@ -97,6 +120,8 @@ def error_from_response(status: int, body: Any) -> LedgerError:
     kind: type[LedgerError] = LedgerError
     if status == 402:
         kind = BudgetExceeded if code == "budget_exceeded" else InsufficientFunds
+    elif status == 410 and code == "model_retired":
+        kind = ModelRetired
     elif status == 503:
         kind = LedgerUnavailable
     return kind(

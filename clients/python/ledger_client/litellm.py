@@ -68,7 +68,7 @@ def _refusal(error: LedgerError) -> HTTPException:
     }
     extra = error.body.get("error") if isinstance(error.body, Mapping) else None
     if isinstance(extra, Mapping):
-        for key in ("required", "available", "currency", "budget_key"):
+        for key in ("required", "available", "currency", "budget_key", "retires_at"):
             if extra.get(key) is not None:
                 detail[key] = extra[key]
     return HTTPException(status_code=error.status, detail={"error": detail})

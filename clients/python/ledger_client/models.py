@@ -1,4 +1,5 @@
-"""Typed answers of the ledger's gateway API: `Hold`, `Balance`, `Charge`, `Reservation`, quotes.
+"""Typed answers of the ledger's gateway API: `Hold`, `Balance`, `Charge`, `Reservation`, quotes,
+and the `Notice` of a retiring model.
 
 Invariants:
 - every field of the API's answer is a field here, named as on the wire (the tests compare
@@ -100,6 +101,24 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """What the gateway may pass on about the model: `code` `model_retiring` before
+    `retires_at`, `model_retired` after (requests for it are then refused with 410)."""
+
+    code: str
+    message: str
+    retires_at: datetime
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Notice:
+        return cls(code=str(data["code"]), message=str(data["message"]), retires_at=_time(data["retires_at"]))
+
+
+def _maybe_notice(value: Any) -> Notice | None:
+    return Notice.from_wire(value) if value else None
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """A reservation and its fate. `charge`, `released`, `true_up` exist once it is charged;
     `resolved_*` once it is settled or released."""
@@ -133,6 +152,7 @@ class Hold:
     # without a charge; None while open or interrupted.
     cost: Decimal | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    notice: Notice | None = None  # on a reserve's answer and a GET, while the model has a retires_at
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Hold:
@@ -165,6 +185,7 @@ class Hold:
             budget_key=data.get("budget_key"),
             cost=_maybe_amount(data.get("cost")),
             raw=data,
+            notice=_maybe_notice(data.get("notice")),
         )
 
 
@@ -206,6 +227,7 @@ class ChargeQuote:
     model: str
     price_version: str
     charge: Charge
+    notice: Notice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +237,16 @@ class ReservationQuote:
     model: str
     price_version: str
     reservation: Reservation
+    notice: Notice | None = None
 
 
 def quote_from_wire(data: dict[str, Any]) -> ChargeQuote | ReservationQuote:
     """The quote the answer is: a charge quote when it carries `charge`, else a reservation quote."""
+    notice = _maybe_notice(data.get("notice"))
     if "charge" in data:
-        return ChargeQuote(str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]))
+        return ChargeQuote(
+            str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]), notice
+        )
     return ReservationQuote(
-        str(data["model"]), str(data["price_version"]), Reservation.from_wire(data["reservation"])
+        str(data["model"]), str(data["price_version"]), Reservation.from_wire(data["reservation"]), notice
     )
