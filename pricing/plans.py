@@ -167,7 +167,8 @@ def parse_plan_document(raw: bytes | str | Mapping[str, object]) -> PlanDocument
         if not isinstance(name, str) or not _MODEL_NAME.fullmatch(name):
             _fail(
                 f"models.{name}",
-                "model names are 1-128 characters of letters, digits and ._:/@+- starting with a letter or digit",
+                "model names are 1-128 characters of letters, digits and ._:/@+- "
+                "starting with a letter or digit",
             )
         models.append((name, _model(entry, f"models.{name}")))
     models.sort(key=lambda item: item[0])

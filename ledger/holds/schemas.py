@@ -57,6 +57,13 @@ class AdminReleaseRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     reason: Reason
 
 
+class PlanRef(msgspec.Struct, frozen=True):
+    """A price plan revision as a hold, a quote and a 402 show it."""
+
+    id: str
+    revision: int
+
+
 class Hold(msgspec.Struct, frozen=True):
     id: str
     account_id: str
@@ -83,3 +90,4 @@ class Hold(msgspec.Struct, frozen=True):
     resolved_at: str | None
     interrupted_at: str | None
     budget_key: str | None = None
+    plan: PlanRef | None = None  # the pinned price plan revision; null: list rates

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from ledger.errors import HoldNotFound
-from ledger.holds.schemas import Hold
+from ledger.holds.schemas import Hold, PlanRef
 from ledger.ids import parse_uuid
 from ledger.prices.pricing import usage_of
 from ledger.schemas import iso
@@ -52,7 +52,19 @@ def view(row: Any) -> Hold:
         resolved_at=iso(row.resolved_at) if row.resolved_at else None,
         interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
         budget_key=row.budget_key,
+        plan=plan_view(plan_of(row)),
     )
+
+
+def plan_of(row: Any) -> tuple[str, int] | None:
+    """The hold's pinned plan revision (plan id, revision), None for list rates."""
+    plan_id = getattr(row, "plan_id", None)
+    return None if plan_id is None else (plan_id, row.plan_revision)
+
+
+def plan_view(plan: tuple[str, int] | None) -> PlanRef | None:
+    """How a hold, a quote and a 402 show a plan: {"id", "revision"}, or null (list rates)."""
+    return None if plan is None else PlanRef(id=plan[0], revision=plan[1])
 
 
 def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:
@@ -82,6 +94,7 @@ class HoldTerms(NamedTuple):
     amount: Decimal
     state: str
     n: int  # completions reserved for: the output limit is the model's max x n
+    plan: tuple[str, int] | None = None  # the pinned plan revision; None: list rates
 
 
 def hold_id_of(value: str) -> UUID:

@@ -33,6 +33,7 @@ class ErrorDetail(msgspec.Struct, frozen=True):
     available: Amount | None = None
     currency: str | None = None
     reservation: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None  # insufficient_funds: the plan that sized it, {"id", "revision"}
     # budget_exceeded: the key's budget, its period spend and holds, and the period (UTC)
     budget: Amount | None = None
     spent: Amount | None = None

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.schemas import Currency
+from ledger.schemas import AccountId, Currency
 
 ModelName = Annotated[str, Meta(min_length=1, max_length=200)]
 VersionId = Annotated[str, Meta(pattern=r"^v[0-9]{1,18}$")]
@@ -39,18 +39,23 @@ class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_output_tokens: TokenCount | None = None
     max_input_tokens: TokenCount | None = None
     n: Completions | None = None
+    # price with this account's current plan, in its currency (404 when unknown)
+    account_id: AccountId | None = None
 
 
 class ChargeQuote(msgspec.Struct, frozen=True):
     model: str
     price_version: str
     charge: dict[str, Any]
+    # with account_id: the plan that priced it ({"id", "revision"}, null: list rates)
+    plan: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ReservationQuote(msgspec.Struct, frozen=True):
     model: str
     price_version: str
     reservation: dict[str, Any]
+    plan: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 RefreshOutcome = Literal["publish", "unchanged", "refuse_rate_move", "refuse_newer_version"]
