@@ -238,8 +238,12 @@ def test_quotes_with_an_account_price_with_its_plan(client: TestClient[Any], pla
     assert (r.status_code, r.json()["error"]["code"]) == (404, "account_not_found")
 
 
-def test_insufficient_funds_shows_the_plan(client: TestClient[Any], planned: dict[str, Any]) -> None:
-    r = reserve(client, planned["account"], max_output_tokens=500, n=200)
+def test_insufficient_funds_shows_the_plan(
+    client: TestClient[Any], planned: dict[str, Any], make_account: Any
+) -> None:
+    poor = make_account("0.001", currency=planned["currency"])
+    assert assign(client, poor, planned["plan"]).status_code == 200
+    r = reserve(client, poor)
     assert r.status_code == 402, r.text
     error = r.json()["error"]
     assert error["plan"] == {"id": planned["plan"], "revision": 1}
@@ -269,7 +273,7 @@ def test_plan_revisions_and_rates_refuse_direct_changes(
         "UPDATE plan_rates SET price = '{}' WHERE plan_id = %s",
         "DELETE FROM plan_rates WHERE plan_id = %s",
     ):
-        with pytest.raises(psycopg.errors.RaiseException):
+        with pytest.raises(psycopg.errors.RestrictViolation):
             sql.execute(statement, (planned["plan"],))
         sql.rollback()
     assert sql.execute(
