@@ -311,3 +311,25 @@ def test_parallel_reserves_while_a_revision_is_published(
     for hold in holds:
         r = call(client, hold["id"], "settle", usage(100, 10))
         assert r.json()["charge"]["amount"] == charges[hold["plan"]["revision"]]
+
+
+def test_revenue_by_plan_sums_to_the_same_total(client: TestClient[Any], planned: dict[str, Any]) -> None:
+    currency, account_id = planned["currency"], planned["account"]
+    call(client, reserve(client, account_id).json()["id"], "settle", usage(100, 10))  # 0.00027 on the plan
+    assert assign(client, account_id, None).status_code == 200
+    call(client, reserve(client, account_id).json()["id"], "settle", usage(100, 10))  # 0.0003 at list
+    reports = {}
+    for group_by in ("plan", "model"):
+        r = client.get(f"/admin/v1/reports/revenue?currency={currency}&group_by={group_by}", headers=auth(VIEWER))
+        assert r.status_code == 200, r.text
+        reports[group_by] = r.json()
+    assert reports["plan"]["total"] == reports["model"]["total"] == "0.00057"
+    assert {g["key"]: g["amount"] for g in reports["plan"]["groups"]} == {
+        planned["plan"]: "0.00027",
+        "(list)": "0.0003",
+    }
+    r = client.get(
+        f"/admin/v1/reports/revenue?currency={currency}&group_by=plan",
+        headers={**auth(VIEWER), "accept": "text/csv"},
+    )
+    assert r.status_code == 200 and planned["plan"] in r.text and "(list)" in r.text
