@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.budgets.schemas import BudgetKey
+from ledger.plans.schemas import PlanRef
 from ledger.prices.schemas import Completions, ModelName, TokenCount, VersionId
 from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
 
@@ -55,13 +56,6 @@ class AdminSettleRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True
 
 class AdminReleaseRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reason: Reason
-
-
-class PlanRef(msgspec.Struct, frozen=True):
-    """A price plan revision as a hold, a quote and a 402 show it."""
-
-    id: str
-    revision: int
 
 
 class Hold(msgspec.Struct, frozen=True):

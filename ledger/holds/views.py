@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from ledger.errors import HoldNotFound
-from ledger.holds.schemas import Hold, PlanRef
+from ledger.holds.schemas import Hold
 from ledger.ids import parse_uuid
+from ledger.plans.schemas import PlanRef
 from ledger.prices.pricing import usage_of
 from ledger.schemas import iso
 from pricing.money import format_amount

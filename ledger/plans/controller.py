@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from litestar import Controller, Request, get, post, put
 from litestar.params import Parameter
 
+from ledger.errors import PlanNotFound
 from ledger.http.auth import admin_guard
 from ledger.http.body import read
 from ledger.http.request import actor_of
@@ -74,7 +75,7 @@ class AdminPlanController(Controller):
         return await service(request).get(plan_id)
 
     @get(
-        "/plans/{plan_id:str}/revisions/{revision:int}",
+        "/plans/{plan_id:str}/revisions/{revision:str}",
         summary="One plan revision: its document, hash and effective rates",
         description="The effective rates at the active price version, or at `price_version`.",
         responses=refusals(GUARDED, 404),
@@ -83,10 +84,13 @@ class AdminPlanController(Controller):
         self,
         request: Request[Any, Any, Any],
         plan_id: str,
-        revision: Annotated[int, Parameter(ge=1, le=2_000_000_000)],
+        revision: str,
         price_version: Annotated[str | None, Parameter(default=None, pattern=r"^v[0-9]{1,18}$")],
     ) -> PlanRevision:
-        return await service(request).revision(plan_id, revision, price_version=price_version)
+        number = int(revision) if revision.isascii() and revision.isdigit() and len(revision) <= 9 else 0
+        if number < 1:
+            raise PlanNotFound(f"plan {plan_id!r} has no revision {revision!r}", param="revision")
+        return await service(request).revision(plan_id, number, price_version=price_version)
 
     @put(
         "/accounts/{account_id:str}/plan",

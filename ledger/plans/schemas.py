@@ -9,6 +9,13 @@ import msgspec
 from ledger.schemas import AccountId, Currency, Reason
 
 
+class PlanRef(msgspec.Struct, frozen=True):
+    """A price plan revision as a hold, a quote and a 402 show it."""
+
+    id: str
+    revision: int
+
+
 class CreatePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     plan_id: AccountId  # the id rules of account ids
     currency: Currency

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from ledger.plans.schemas import PlanRef
 from ledger.schemas import AccountId, Currency
 
 ModelName = Annotated[str, Meta(min_length=1, max_length=200)]
@@ -48,14 +49,14 @@ class ChargeQuote(msgspec.Struct, frozen=True):
     price_version: str
     charge: dict[str, Any]
     # with account_id: the plan that priced it ({"id", "revision"}, null: list rates)
-    plan: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    plan: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ReservationQuote(msgspec.Struct, frozen=True):
     model: str
     price_version: str
     reservation: dict[str, Any]
-    plan: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    plan: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
 
 
 RefreshOutcome = Literal["publish", "unchanged", "refuse_rate_move", "refuse_newer_version"]

@@ -11,7 +11,6 @@ place, `ledger.prices.pricing`.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 import msgspec
 
@@ -19,6 +18,7 @@ from ledger.context import Actor
 from ledger.db import read_only
 from ledger.errors import AccountNotFound, ValidationFailed
 from ledger.holds.repository import account_currency
+from ledger.plans.schemas import PlanRef
 from ledger.prices import publishing
 from ledger.prices.catalog import PriceCatalog
 from ledger.prices.pricing import charge, size
@@ -74,14 +74,14 @@ class PriceService(PriceCatalog):
         if body.price_version is not None and pin_grace_seconds is not None:
             await self.check_pin(body.price_version, pin_grace_seconds)
         currency, plan = body.currency, None
-        shown: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+        shown: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
         async with read_only(self.engine) as conn:
             if body.account_id is not None:  # the account's currency and current plan revision
                 found = await account_currency(conn, body.account_id)
                 if found is None:
                     raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
                 currency, plan = found
-                shown = None if plan is None else {"id": plan[0], "revision": plan[1]}
+                shown = None if plan is None else PlanRef(id=plan[0], revision=plan[1])
             version, price = await self.resolve(
                 conn, currency=currency, model=body.model, pinned=body.price_version
             )

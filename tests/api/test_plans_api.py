@@ -102,6 +102,8 @@ def test_create_publish_assign_and_audit(
         "SELECT plan_id, plan_revision FROM accounts WHERE id = %s", (planned["account"],)
     ).fetchone()
     assert row == (plan_id, 2)
+    account = client.get(f"/admin/v1/accounts/{planned['account']}", headers=auth(VIEWER)).json()
+    assert account["plan"] == {"id": plan_id, "revision": 2}
     actions = [
         a
         for (a,) in sql.execute(
@@ -320,7 +322,9 @@ def test_revenue_by_plan_sums_to_the_same_total(client: TestClient[Any], planned
     call(client, reserve(client, account_id).json()["id"], "settle", usage(100, 10))  # 0.0003 at list
     reports = {}
     for group_by in ("plan", "model"):
-        r = client.get(f"/admin/v1/reports/revenue?currency={currency}&group_by={group_by}", headers=auth(VIEWER))
+        r = client.get(
+            f"/admin/v1/reports/revenue?currency={currency}&group_by={group_by}", headers=auth(VIEWER)
+        )
         assert r.status_code == 200, r.text
         reports[group_by] = r.json()
     assert reports["plan"]["total"] == reports["model"]["total"] == "0.00057"

@@ -35,6 +35,7 @@ PAIRS: list[tuple[type[Any], type[msgspec.Struct], set[str]]] = [
     (models.Reservation, engine.Reservation, {"input_rate", "output_rate", "amount"}),
     (models.ChargeQuote, prices.ChargeQuote, set()),
     (models.ReservationQuote, prices.ReservationQuote, set()),
+    (models.PlanRef, holds.PlanRef, set()),
 ]
 CLIENT_ONLY = {"raw"}  # the answer as sent, kept beside the typed fields
 

@@ -100,6 +100,18 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanRef:
+    """A price plan revision: what a hold pinned, what priced a quote."""
+
+    id: str
+    revision: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any] | None) -> PlanRef | None:
+        return None if not data else cls(str(data["id"]), int(data["revision"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """A reservation and its fate. `charge`, `released`, `true_up` exist once it is charged;
     `resolved_*` once it is settled or released."""
@@ -130,6 +142,7 @@ class Hold:
     interrupted_at: datetime | None
     budget_key: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    plan: PlanRef | None = None  # the pinned price plan revision; None: list rates
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Hold:
@@ -161,6 +174,7 @@ class Hold:
             interrupted_at=_maybe_time(data.get("interrupted_at")),
             budget_key=data.get("budget_key"),
             raw=data,
+            plan=PlanRef.from_wire(data.get("plan")),
         )
 
 
@@ -202,6 +216,7 @@ class ChargeQuote:
     model: str
     price_version: str
     charge: Charge
+    plan: PlanRef | None = None  # with account_id: the plan that priced it
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,12 +226,16 @@ class ReservationQuote:
     model: str
     price_version: str
     reservation: Reservation
+    plan: PlanRef | None = None  # with account_id: the plan that sized it
 
 
 def quote_from_wire(data: dict[str, Any]) -> ChargeQuote | ReservationQuote:
     """The quote the answer is: a charge quote when it carries `charge`, else a reservation quote."""
+    plan = PlanRef.from_wire(data.get("plan"))
     if "charge" in data:
-        return ChargeQuote(str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]))
+        return ChargeQuote(
+            str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]), plan
+        )
     return ReservationQuote(
-        str(data["model"]), str(data["price_version"]), Reservation.from_wire(data["reservation"])
+        str(data["model"]), str(data["price_version"]), Reservation.from_wire(data["reservation"]), plan
     )
