@@ -123,18 +123,18 @@ def parse_percent(value: object, param: str) -> Decimal:
 
 def _model(value: object, path: str) -> ModelOverride:
     obj = _object(value, path, _MODEL_FIELDS)
-    percent_raw, rates_raw, long_raw = obj.get("adjust_percent"), obj.get("rates"), obj.get("long_context")
-    if percent_raw is not None and (rates_raw is not None or long_raw is not None):
+    if "adjust_percent" in obj and ("rates" in obj or "long_context" in obj):
         _fail(path, "give either adjust_percent or rates, not both")
-    if percent_raw is not None:
-        return ModelOverride(adjust_percent=parse_percent(percent_raw, f"{path}.adjust_percent"))
-    if rates_raw is None:
+    if "adjust_percent" in obj:
+        return ModelOverride(adjust_percent=parse_percent(obj["adjust_percent"], f"{path}.adjust_percent"))
+    if "rates" not in obj:
         _fail(f"{path}.rates", "is required (or give adjust_percent)")
-    rates = _rates(rates_raw, f"{path}.rates")
+    rates = _rates(obj["rates"], f"{path}.rates")
     long_rates = None
-    if long_raw is not None:
+    long_raw = obj.get("long_context")  # present when "long_context" in obj
+    if "long_context" in obj:
         long_obj = _object(long_raw, f"{path}.long_context", _LONG_CONTEXT_FIELDS)
-        if long_obj.get("rates") is None:
+        if "rates" not in long_obj:
             _fail(f"{path}.long_context.rates", "is required")
         long_rates = _rates(long_obj["rates"], f"{path}.long_context.rates")
         for category in rates.categories():
@@ -156,11 +156,11 @@ def parse_plan_document(raw: bytes | str | Mapping[str, object]) -> PlanDocument
     """Validate a plan document given as JSON text/bytes or decoded builtins."""
     data = _load_json(raw) if isinstance(raw, bytes | bytearray | memoryview | str) else raw
     top = _object(data, "", _PLAN_FIELDS)
-    percent_raw = top.get("adjust_percent")
-    percent = Decimal(0) if percent_raw is None else parse_percent(percent_raw, "adjust_percent")
-    models_raw = top.get("models")
-    if models_raw is None:
-        models_raw = {}
+    # absent means none; an explicit null is refused like any other non-string / non-object
+    percent = (
+        parse_percent(top["adjust_percent"], "adjust_percent") if "adjust_percent" in top else Decimal(0)
+    )
+    models_raw = top.get("models", {})
     models_obj = _object(models_raw, "models", tuple(models_raw) if isinstance(models_raw, Mapping) else ())
     models: list[tuple[str, ModelOverride]] = []
     for name, entry in models_obj.items():

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ledger.accounts.service import check_reason
 from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
@@ -98,6 +99,7 @@ class PlanService:
         return moved
 
     async def create(self, body: CreatePlan, actor: Actor) -> PlanRevision:
+        check_reason(body.reason)
         doc = _document(body.document)
 
         async def work(conn: AsyncConnection) -> None:
@@ -111,6 +113,7 @@ class PlanService:
         return await self.revision(body.plan_id, 1)
 
     async def publish(self, plan_id: str, body: PublishRevision, actor: Actor) -> PlanRevision:
+        check_reason(body.reason)
         doc = _document(body.document)
 
         async def work(conn: AsyncConnection) -> int:
@@ -188,6 +191,8 @@ class PlanService:
         return await transaction(self.engine, work)
 
     async def assign(self, account_id: str, body: AssignPlan, actor: Actor) -> AccountPlan:
+        check_reason(body.reason)
+
         async def work(conn: AsyncConnection) -> AccountPlan:
             account = await repository.lock_account(conn, account_id)
             if account is None:

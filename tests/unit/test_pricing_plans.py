@@ -359,3 +359,33 @@ def test_both_tiers_are_materialised_by_the_rule(
         price.long_context.rates["output"],
     ]
     assert [Fraction(g) for g in got] == [Fraction(e, 10**6) for e in expected]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"adjust_percent": None},
+        {"models": None},
+        {"models": {"gpt-5": {"adjust_percent": None}}},
+        {"models": {"gpt-5": {"rates": None}}},
+        {"models": {"gpt-5": {"rates": {"input": "1", "output": "2"}, "long_context": None}}},
+    ],
+)
+def test_an_explicit_null_is_refused_not_taken_for_absent(raw: dict[str, Any]) -> None:
+    with pytest.raises(PriceDocumentInvalid):
+        parse_plan_document(raw)
+
+
+def test_the_documented_percent_pattern_is_the_parser_s_rule() -> None:
+    import re
+
+    from ledger.openapi.shapes import Percent
+
+    pattern = re.compile(Percent.__metadata__[0].pattern)
+    for text in ("-100", "-100.0000", "-99.9999", "0", "-0", "12.5", "100", "999.9999", "1000", "1000.0"):
+        assert pattern.fullmatch(text), text
+        parse_plan_document({"adjust_percent": text})
+    for text in ("-100.0001", "1000.0001", "1001", "01", "1.00001", "+5", "1e2", " 1"):
+        assert not pattern.fullmatch(text), text
+        with pytest.raises(PriceDocumentInvalid):
+            parse_plan_document({"adjust_percent": text})
