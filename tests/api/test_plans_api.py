@@ -337,3 +337,60 @@ def test_revenue_by_plan_sums_to_the_same_total(client: TestClient[Any], planned
         headers={**auth(VIEWER), "accept": "text/csv"},
     )
     assert r.status_code == 200 and planned["plan"] in r.text and "(list)" in r.text
+
+
+def test_rates_are_materialised_for_every_version_in_use(
+    client: TestClient[Any], planned: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    """A price version published later (scheduled) gets the plan's current revision's rates in
+    its publishing transaction, and a new revision gets them for the active and scheduled ones."""
+    plan_id, currency = planned["plan"], planned["currency"]
+    future = publish(client, simple_document(currency, input_rate="4", effective_at="2031-01-01T00:00:00Z"))
+    rows = sql.execute(
+        "SELECT revision, price ->> 'rates' FROM plan_rates WHERE plan_id = %s AND price_version = %s",
+        (plan_id, future),
+    ).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(1, '{"input": "3.6", "output": "9"}')]
+    # a new revision: stored for the active and the scheduled version at once
+    revise(client, plan_id, {"adjust_percent": "-25"})
+    versions = {
+        v
+        for (v,) in sql.execute(
+            "SELECT price_version FROM plan_rates WHERE plan_id = %s AND revision = 2", (plan_id,)
+        )
+    }
+    assert versions == {planned["version"], future}
+    # revision 1 was never stored at a version that precedes it: read materialises it
+    other = publish(client, simple_document(fresh_currency()))
+    r = client.get(f"/admin/v1/plans/{plan_id}/revisions/1?price_version={other}", headers=auth(VIEWER))
+    assert (r.status_code, r.json()["error"]["param"]) == (422, "price_version")  # another currency
+    r = client.get(f"/admin/v1/plans/{plan_id}/revisions/2?price_version={future}", headers=auth(VIEWER))
+    assert r.json()["rates"][0]["rates"] == {"input": "3", "output": "7.5"}
+    assert client.get(f"/admin/v1/plans/{plan_id}/revisions/3", headers=auth(VIEWER)).status_code == 404
+    assert client.get(f"/admin/v1/plans/{plan_id}/revisions/x", headers=auth(VIEWER)).status_code == 404
+
+
+def test_a_pinned_version_without_stored_rates_is_materialised_on_first_use(
+    client: TestClient[Any], make_account: Any, sql: psycopg.Connection[Any]
+) -> None:
+    currency = fresh_currency()
+    old = publish(client, simple_document(currency))
+    plan_id = create_plan(client, currency, {"adjust_percent": "-10"})
+    publish(client, simple_document(currency, input_rate="3"))  # supersedes `old`, within the grace
+    # revision 2 is published after `old` was superseded: nothing stored for it at `old`
+    revise(client, plan_id, {"adjust_percent": "-20"})
+    stored = sql.execute(
+        "SELECT count(*) FROM plan_rates WHERE plan_id = %s AND revision = 2 AND price_version = %s",
+        (plan_id, old),
+    ).fetchone()
+    assert stored == (0,)
+    account_id = make_account("1", currency=currency)
+    assert assign(client, account_id, plan_id).status_code == 200
+    r = reserve(client, account_id, price_version=old)
+    assert r.status_code == 201, r.text
+    assert r.json()["amount"] == "0.0056"  # 1000 x 1.6 + 500 x 8, per 1M: the old list at -20 %
+    stored = sql.execute(
+        "SELECT price ->> 'rates' FROM plan_rates WHERE plan_id = %s AND revision = 2 AND price_version = %s",
+        (plan_id, old),
+    ).fetchone()
+    assert stored == ('{"input": "1.6", "output": "8"}',)
