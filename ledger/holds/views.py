@@ -59,7 +59,7 @@ def view(row: Any) -> Hold:
 
 def plan_of(row: Any) -> tuple[str, int] | None:
     """The hold's pinned plan revision (plan id, revision), None for list rates."""
-    plan_id = getattr(row, "plan_id", None)
+    plan_id = row.plan_id
     return None if plan_id is None else (plan_id, row.plan_revision)
 
 
