@@ -77,8 +77,7 @@ async def effective(
             raise refused(error, plan[0], version) from None
         await repository.insert_rates(
             conn, plan[0], plan[1], version, [(price.model, model_price_to_builtins(price))]
-        )
-        await conn.commit()
+        )  # the caller commits (READ COMMITTED: the read below sees a concurrent writer's row)
         stored = await repository.rate(conn, plan[0], plan[1], version, list_price.model)
         assert stored is not None
     return price_of(currency, stored)

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ledger.db import read_only
+from ledger.db import read_only, transaction
 from ledger.errors import (
     ModelNotFound,
     PriceVersionNotEffective,
@@ -165,12 +165,17 @@ class PriceCatalog:
             return price
         key = (version, plan[0], plan[1], model)
         planned = self._planned.get(key)
-        if planned is None:
-            async with self.engine.connect() as conn:
-                planned = await plan_rates.effective(conn, plan, version, price, currency)
-            self._planned[key] = planned
-            if len(self._planned) > CACHE_SIZE * 16:
-                self._planned.popitem(last=False)
+        if planned is not None:
+            self._planned.move_to_end(key)
+            return planned
+
+        async def work(conn: AsyncConnection) -> ModelPrice:
+            return await plan_rates.effective(conn, plan, version, price, currency)
+
+        planned = await transaction(self.engine, work)  # a stored row, or materialised now (first use)
+        self._planned[key] = planned
+        if len(self._planned) > CACHE_SIZE * 16:
+            self._planned.popitem(last=False)
         return planned
 
     async def unpriced(
