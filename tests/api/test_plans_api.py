@@ -252,7 +252,7 @@ def test_insufficient_funds_shows_the_plan(
     assert error["reservation"]["output_rate"] == "9"
 
 
-def test_the_reconciler_charges_the_pinned_revision(client: TestClient[Any], planned: dict[str, Any]) -> None:
+def test_the_reconciler_and_a_true_up_charge_the_pinned_revision(client: TestClient[Any], planned: dict[str, Any]) -> None:
     hold = reserve(client, planned["account"], ttl_seconds=1).json()
     r = client.post(f"/v1/holds/{hold['id']}/usage", json=usage(100, 10), headers=auth(GATEWAY))
     assert r.status_code == 200, r.text
@@ -264,6 +264,10 @@ def test_the_reconciler_charges_the_pinned_revision(client: TestClient[Any], pla
     assert (done["state"], done["resolved_by"]) == ("settled", "reconciler")
     assert done["charge"]["amount"] == "0.00027"
     assert done["plan"] == {"id": planned["plan"], "revision": 1}
+    # the gateway's late settle is a true-up, at the pinned revision too
+    r = call(client, hold["id"], "settle", usage(200, 20))
+    assert r.status_code == 200, r.text
+    assert (r.json()["charge"]["amount"], r.json()["true_up"]) == ("0.00054", "0.00027")
 
 
 def test_plan_revisions_and_rates_refuse_direct_changes(
@@ -333,10 +337,15 @@ def test_revenue_by_plan_sums_to_the_same_total(client: TestClient[Any], planned
         "(list)": "0.0003",
     }
     r = client.get(
-        f"/admin/v1/reports/revenue?currency={currency}&group_by=plan",
-        headers={**auth(VIEWER), "accept": "text/csv"},
+        f"/admin/v1/reports/revenue?currency={currency}&group_by=plan&format=csv", headers=auth(VIEWER)
     )
-    assert r.status_code == 200 and planned["plan"] in r.text and "(list)" in r.text
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv"), r.text
+    rows = [line.split(",") for line in r.text.strip().splitlines()]
+    assert [row[:2] for row in rows[1:]] == [
+        ["(list)", "0.0003"],
+        [planned["plan"], "0.00027"],
+        ["total", "0.00057"],
+    ]
 
 
 def test_rates_are_materialised_for_every_version_in_use(
