@@ -252,7 +252,9 @@ def test_insufficient_funds_shows_the_plan(
     assert error["reservation"]["output_rate"] == "9"
 
 
-def test_the_reconciler_and_a_true_up_charge_the_pinned_revision(client: TestClient[Any], planned: dict[str, Any]) -> None:
+def test_the_reconciler_and_a_true_up_charge_the_pinned_revision(
+    client: TestClient[Any], planned: dict[str, Any]
+) -> None:
     hold = reserve(client, planned["account"], ttl_seconds=1).json()
     r = client.post(f"/v1/holds/{hold['id']}/usage", json=usage(100, 10), headers=auth(GATEWAY))
     assert r.status_code == 200, r.text
