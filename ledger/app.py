@@ -42,6 +42,8 @@ from ledger.http.throttle import AuthThrottle, throttled_response
 from ledger.openapi import assets_router, finish
 from ledger.openapi import config as openapi_config
 from ledger.ops.controller import AdminOpsController, HealthController
+from ledger.plans.controller import AdminPlanController
+from ledger.plans.service import PlanService
 from ledger.prices.controller import AdminPriceController, GatewayQuoteController
 from ledger.prices.service import PriceService
 from ledger.reconciliation.controller import AdminReconciliationController
@@ -59,6 +61,7 @@ CONTROLLERS: list[Any] = [
     AdminBudgetController,
     AdminGrantController,
     AdminPriceController,
+    AdminPlanController,
     GatewayQuoteController,
     GatewayHoldController,
     AdminHoldController,
@@ -111,6 +114,7 @@ def create_app(
         app.state.auth_throttle = AuthThrottle.from_settings(settings)
         app.state.accounts = AccountService(engine, reads=reads)
         app.state.budgets = BudgetService(engine, reads=reads)
+        app.state.plans = PlanService(engine)
         app.state.grants = GrantService(engine, reads=reads)
         app.state.prices = PriceService(engine)
         app.state.holds = HoldService(engine, app.state.prices, settings, reads=reads)

@@ -60,6 +60,10 @@ class AccountNotFound(NotFound):
     code = "account_not_found"
 
 
+class PlanNotFound(NotFound):
+    code = "plan_not_found"
+
+
 class HoldNotFound(NotFound):
     code = "hold_not_found"
 
@@ -132,6 +136,10 @@ class HoldStateConflict(Conflict):
 
 class AccountExists(Conflict):
     code = "account_exists"
+
+
+class PlanExists(Conflict):
+    code = "plan_exists"
 
 
 class ValidationFailed(LedgerError):

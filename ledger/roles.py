@@ -14,6 +14,8 @@ runs as a separate role that `grant_service_role` grants only what the code need
   `account_alerts` (threshold, armed side) and `alert_events` (delivery state, until finished);
   `console_sessions` (logout sets `revoked_at`; expired rows are pruned by a function
   of the owner's, never by a DELETE of the service's);
+  `plans` (a new revision moves its current one; `plan_revisions` and `plan_rates` are
+  append-only);
 - `alembic_version`: SELECT only (`/readyz` compares it with the code's head);
 - `sql_functions` (the function bodies the migrations installed, which a downgrade runs
   as the owner): nothing at all;
@@ -48,6 +50,7 @@ UPDATABLE = frozenset(
         "account_alerts",
         "alert_events",
         "console_sessions",
+        "plans",
     }
 )
 READ_ONLY = frozenset({"alembic_version"})

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 # credit_limit - held.
 COLUMNS = (
     "id, currency, credit_limit, balance, held, metadata, review, created_at, frozen_at, frozen_reason, "
+    "plan_id, plan_revision, "
     "(SELECT coalesce(sum(g.remaining), 0) FROM grants g "
     "WHERE g.account_id = accounts.id AND g.remaining > 0) AS grant_books, "
     "ledger_lapsed_grants(accounts.id) AS lapsed"

@@ -89,6 +89,8 @@ class Account(msgspec.Struct, frozen=True):
     # Set by a settle charged above LEDGER_MAX_OVERAGE_FACTOR x its hold:
     # {"reason", "hold_id", "at"} of the last one; None when nothing asks for review.
     review: dict[str, Any] | None = None
+    # the account's price plan and its current revision ({"id", "revision"}); None: list rates
+    plan: dict[str, Any] | None = None
 
 
 class Balance(msgspec.Struct, frozen=True):

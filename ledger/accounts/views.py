@@ -37,6 +37,7 @@ def account_view(row: Any) -> Account:
         frozen_at=iso(row.frozen_at) if row.frozen_at else None,
         frozen_reason=row.frozen_reason,
         review=row.review,
+        plan=None if row.plan_id is None else {"id": row.plan_id, "revision": row.plan_revision},
     )
 
 

@@ -66,6 +66,8 @@ class HoldCore:
         self.settings = settings
         self.max_overage_factor = Decimal(settings.max_overage_factor)
         self._currencies: dict[str, str] = {}  # account id -> currency (never changes)
+        # account id -> its plan revision as last read (re-checked by the batch under the lock)
+        self._plans: dict[str, tuple[str, int] | None] = {}
         self._versions: dict[str, str | None] = {}  # currency -> last known active price version
         self._terms: dict[UUID, HoldTerms] = {}  # holds reserved here -> what prices them
         self.batcher = HoldBatcher(
@@ -144,6 +146,7 @@ class HoldCore:
         usage: Usage,
         limits: bool = True,
         charge: bool = True,
+        plan: tuple[str, int] | None = None,
     ) -> Charge | None:
         """The charge of `usage` at the hold's pinned `version` (None when `charge` is False:
         a checkpoint only checks the limits), from the price cache.
@@ -151,7 +154,7 @@ class HoldCore:
         Usage above the model's limits (prompt at most `max_input_tokens`, completion at
         most `max_output_tokens` x n) is 422 `model_limit_exceeded` unless `limits` is
         False. Refusals are translated in `ledger.prices.pricing`, as for quotes."""
-        price = await self.prices.model_price(currency=currency, model=model, version=version)
+        price = await self.prices.model_price(currency=currency, model=model, version=version, plan=plan)
         if not charge:
             check_limits(price, usage, n)
             return None

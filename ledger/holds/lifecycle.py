@@ -46,7 +46,7 @@ from ledger.holds import repository
 from ledger.holds.core import HoldCore
 from ledger.holds.postings import release_legs, settle_legs, true_up_legs
 from ledger.holds.schemas import Hold
-from ledger.holds.views import UNRESOLVED, hold_id_of, parse, priced_counts, view
+from ledger.holds.views import UNRESOLVED, HoldTerms, hold_id_of, parse, plan_of, priced_counts, view
 from ledger.journal.postings import revenue_account
 from ledger.metrics import MONEY_MOVEMENTS
 from pricing.engine import Charge, charge_to_builtins
@@ -81,6 +81,7 @@ class Lifecycle(HoldCore):
             n=hold.reservation["n"],
             usage=usage,
             limits=actor.kind != "reconciler",
+            plan=plan_of(hold),
         )
         assert charge is not None
         return charge
@@ -99,6 +100,7 @@ class Lifecycle(HoldCore):
             n=hold.reservation["n"],
             usage=usage,
             charge=False,
+            plan=plan_of(hold),
         )
         if hold.usage is not None:
             shrunk = usage_grows_from(parse(hold.usage), usage)
@@ -163,9 +165,15 @@ class Lifecycle(HoldCore):
             if terms is None or terms.state not in UNRESOLVED:
                 return None
         currency = terms.currency.strip()
+        plan = terms.plan if isinstance(terms, HoldTerms) else plan_of(terms)
         try:
             charge = await self.price_usage(
-                currency=currency, model=terms.model, version=terms.price_version, n=terms.n, usage=usage
+                currency=currency,
+                model=terms.model,
+                version=terms.price_version,
+                n=terms.n,
+                usage=usage,
+                plan=plan,
             )
         except ModelLimitExceeded:
             return None

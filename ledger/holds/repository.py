@@ -23,7 +23,7 @@ HOLD_COLUMNS = (
     "id, account_id, idempotency_key, request_hash, state, model, price_version, currency, amount, "
     "reservation, ttl_seconds, expires_at, metadata, usage, gateway_usage, charge, charged, released, "
     "overage, overage_flagged, true_up, resolved_by, resolved_reason, interrupted_at, resolved_at, "
-    "created_at, updated_at, budget_key"
+    "created_at, updated_at, budget_key, plan_id, plan_revision"
 )
 
 _GET = text(f"SELECT {HOLD_COLUMNS} FROM holds WHERE id = :id")
@@ -33,7 +33,9 @@ _GET_BY_KEY = text(  # the unique index holds (account_id, idempotency_key)
 _FIND_BY_KEY = text(
     "SELECT id, request_hash FROM holds WHERE account_id = :account_id AND idempotency_key = :key"
 )
-_ACCOUNT_CURRENCY = text("SELECT currency FROM accounts WHERE id = :id AND kind = 'customer'")
+_ACCOUNT_CURRENCY = text(
+    "SELECT currency, plan_id, plan_revision FROM accounts WHERE id = :id AND kind = 'customer'"
+)
 _ACTIVE_VERSION = text("SELECT ledger_active_version(:currency)")  # migrations/sql/ledger_active_version.sql
 
 # Lock the hold's account, then the hold, in one statement. Rows are locked in the order
@@ -68,7 +70,7 @@ def _json(value: Any) -> str | None:
 
 _HOLD_TERMS = text(
     "SELECT id, account_id, currency, model, price_version, amount, state, "
-    "CAST(reservation ->> 'n' AS integer) AS n FROM holds WHERE id = :id"
+    "CAST(reservation ->> 'n' AS integer) AS n, plan_id, plan_revision FROM holds WHERE id = :id"
 )
 
 # The account's review mark (accounts.review, migration 0007): why, which hold, when (UTC).
@@ -93,9 +95,14 @@ async def find_by_key(conn: AsyncConnection, account_id: str, key: str) -> Any |
     return (await conn.execute(_FIND_BY_KEY, {"account_id": account_id, "key": key})).first()
 
 
-async def account_currency(conn: AsyncConnection, account_id: str) -> str | None:
-    value: str | None = (await conn.execute(_ACCOUNT_CURRENCY, {"id": account_id})).scalar()
-    return value.strip() if value else None
+async def account_currency(
+    conn: AsyncConnection, account_id: str
+) -> tuple[str, tuple[str, int] | None] | None:
+    """The account's currency and its current plan revision (None: list rates), in one read."""
+    row = (await conn.execute(_ACCOUNT_CURRENCY, {"id": account_id})).first()
+    if row is None:
+        return None
+    return row.currency.strip(), None if row.plan_id is None else (row.plan_id, row.plan_revision)
 
 
 async def active_version(conn: AsyncConnection, currency: str) -> str | None:

@@ -40,7 +40,7 @@ from ledger.errors import (
 from ledger.holds import repository
 from ledger.holds.core import CACHE_LIMIT, HoldCore
 from ledger.holds.schemas import Hold, ReserveRequest
-from ledger.holds.views import HoldTerms, view
+from ledger.holds.views import HoldTerms, plan_of, view
 from ledger.idempotency import request_hash
 from ledger.ids import uuid7
 from ledger.metrics import MONEY_MOVEMENTS
@@ -63,11 +63,14 @@ class Reserve(HoldCore):
         at = notices.now()  # retirement and its notice are judged at this instant
         for attempt in range(4):
             currency = await self._currency_of(body.account_id)
+            plan = self._plans.get(body.account_id)  # read with the currency, checked by the batch
             version = body.price_version or await self._active_version(currency)
             try:
                 if pinned and attempt == 0:  # a version in effect, or superseded within the grace
                     await self.prices.check_pin(version, self.settings.price_pin_grace_seconds)
-                price = await self.prices.model_price(currency=currency, model=body.model, version=version)
+                price = await self.prices.model_price(
+                    currency=currency, model=body.model, version=version, plan=plan
+                )
                 check_retirement(price, at)
                 reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
             except LedgerError as error:
@@ -95,6 +98,8 @@ class Reserve(HoldCore):
                 "pinned": pinned,
                 "actor": actor.identity,
                 "budget_key": budget_key,
+                "plan_id": None if plan is None else plan[0],
+                "plan_revision": None if plan is None else plan[1],
             }
             row = await self.batcher.submit(operation, body.account_id)
             outcome = row.op_outcome
@@ -106,6 +111,12 @@ class Reserve(HoldCore):
                 return await self.noticed(view(row), at), False
             if outcome == "version":
                 self._versions[currency] = row.op_detail["active_version"]  # size again with it
+                continue
+            if outcome == "plan":  # the account's plan revision changed: size again with it
+                detail = row.op_detail
+                self._plans[body.account_id] = (
+                    None if detail["plan_id"] is None else (detail["plan_id"], detail["plan_revision"])
+                )
                 continue
             if outcome == "frozen":
                 raise AccountFrozen(
@@ -119,7 +130,7 @@ class Reserve(HoldCore):
                     Decimal(detail["held"]),
                     Decimal(detail["lapsed"]),
                 )
-                raise self._insufficient(reservation.amount, available, currency, breakdown)
+                raise self._insufficient(reservation.amount, available, currency, breakdown, plan)
             if outcome == "budget":
                 assert budget_key is not None
                 raise budget_rules.exceeded(
@@ -137,13 +148,17 @@ class Reserve(HoldCore):
         if len(self._terms) >= CACHE_LIMIT:
             self._terms.clear()
         self._terms[row.id] = HoldTerms(
-            row.account_id, row.currency, row.model, row.price_version, row.amount, "open", n
+            row.account_id, row.currency, row.model, row.price_version, row.amount, "open", n, plan_of(row)
         )
         return view(row)
 
     @staticmethod
     def _insufficient(
-        required: Decimal, available: Decimal, currency: str, breakdown: dict[str, Any]
+        required: Decimal,
+        available: Decimal,
+        currency: str,
+        breakdown: dict[str, Any],
+        plan: tuple[str, int] | None = None,
     ) -> InsufficientFunds:
         return InsufficientFunds(
             f"reservation of {format_amount(required)} {currency} exceeds available "
@@ -153,6 +168,7 @@ class Reserve(HoldCore):
                 "available": format_amount(available),
                 "currency": currency,
                 "reservation": breakdown,
+                "plan": None if plan is None else {"id": plan[0], "revision": plan[1]},
             },
         )
 
@@ -176,11 +192,13 @@ class Reserve(HoldCore):
         currency = self._currencies.get(account_id)
         if currency is None:
             async with read_only(self.autocommit) as conn:
-                currency = await repository.account_currency(conn, account_id)
-            if currency is None:
+                found = await repository.account_currency(conn, account_id)  # and its plan, one read
+            if found is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist", param="account_id")
             if len(self._currencies) >= CACHE_LIMIT:
                 self._currencies.clear()
+                self._plans.clear()
+            currency, self._plans[account_id] = found
             self._currencies[account_id] = currency
         return currency
 

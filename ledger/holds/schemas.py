@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.budgets.schemas import BudgetKey
+from ledger.plans.schemas import PlanRef
 from ledger.prices.schemas import Completions, ModelName, Notice, TokenCount, VersionId
 from ledger.schemas import AccountId, IdempotencyKey, Metadata, Reason
 
@@ -88,3 +89,4 @@ class Hold(msgspec.Struct, frozen=True):
     # The model's retirement notice (`ledger.prices.notices`): on the reserve's answer and a
     # single hold's GET when the pinned version gives the model a retires_at; absent otherwise.
     notice: Notice | msgspec.UnsetType = msgspec.UNSET
+    plan: PlanRef | None = None  # the pinned price plan revision; null: list rates

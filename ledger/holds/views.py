@@ -13,6 +13,7 @@ from uuid import UUID
 from ledger.errors import HoldNotFound
 from ledger.holds.schemas import Hold
 from ledger.ids import parse_uuid
+from ledger.plans.schemas import PlanRef
 from ledger.prices.pricing import usage_of
 from ledger.schemas import iso
 from pricing.money import format_amount
@@ -53,6 +54,7 @@ def view(row: Any) -> Hold:
         interrupted_at=iso(row.interrupted_at) if row.interrupted_at else None,
         budget_key=row.budget_key,
         cost=cost(row),
+        plan=plan_view(plan_of(row)),
     )
 
 
@@ -63,6 +65,17 @@ def cost(row: Any) -> str | None:
     if row.state in UNRESOLVED:
         return None
     return format_amount(row.charged if row.charged is not None else Decimal(0))
+
+
+def plan_of(row: Any) -> tuple[str, int] | None:
+    """The hold's pinned plan revision (plan id, revision), None for list rates."""
+    plan_id = row.plan_id
+    return None if plan_id is None else (plan_id, row.plan_revision)
+
+
+def plan_view(plan: tuple[str, int] | None) -> PlanRef | None:
+    """How a hold, a quote and a 402 show a plan: {"id", "revision"}, or null (list rates)."""
+    return None if plan is None else PlanRef(id=plan[0], revision=plan[1])
 
 
 def parse(raw: dict[str, Any], *, param: str = "usage") -> Usage:
@@ -92,6 +105,7 @@ class HoldTerms(NamedTuple):
     amount: Decimal
     state: str
     n: int  # completions reserved for: the output limit is the model's max x n
+    plan: tuple[str, int] | None = None  # the pinned plan revision; None: list rates
 
 
 def hold_id_of(value: str) -> UUID:

@@ -66,6 +66,9 @@ TYPED_FIELDS: dict[tuple[str, str], tuple[type[msgspec.Struct], bool]] = {
     ("QuoteRequest", "usage"): (shapes.Usage, True),
     ("ErrorDetail", "reservation"): (shapes.Reservation, True),
     ("PriceVersion", "document"): (shapes.PriceDocument, True),
+    ("CreatePlan", "document"): (shapes.PlanDocument, False),
+    ("PublishRevision", "document"): (shapes.PlanDocument, False),
+    ("PlanRevision", "document"): (shapes.PlanDocument, False),
 }
 # (path, method) -> shape of a body the handler reads itself.
 RAW_BODIES: dict[tuple[str, str], type[msgspec.Struct]] = {

@@ -34,6 +34,7 @@ class ErrorDetail(msgspec.Struct, frozen=True):
     available: Amount | None = None
     currency: str | None = None
     reservation: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None  # insufficient_funds: the plan that sized it, {"id", "revision"}
     # budget_exceeded: the key's budget, its period spend and holds, and the period (UTC)
     budget: Amount | None = None
     spent: Amount | None = None
@@ -63,15 +64,16 @@ DESCRIPTIONS = {
     "a key given twice, nested too deep)",
     401: "`unauthorized`: no bearer token, or an unknown one",
     402: "`insufficient_funds`: the reservation exceeds `available`; `error` adds `required`, "
-    "`available`, `currency` and the `reservation` breakdown, so the caller can lower its output limit; "
+    "`available`, `currency`, the `reservation` breakdown and the account's price `plan`, so the caller "
+    "can lower its output limit; "
     "`budget_exceeded`: the reservation would take its `budget_key`'s period spend plus open holds past "
     "the budget; `error` adds `budget_key`, `budget`, `spent`, `held`, `required`, `currency`, "
     "`period_start` and `period_end`",
     403: "`forbidden`: a known token on the wrong surface, or a role too low",
     404: "`account_not_found`, `hold_not_found`, `price_version_not_found`, `model_not_found`, "
-    "`reconciliation_run_not_found`, `budget_not_found`: a named resource does not exist",
-    409: "`idempotency_conflict`, `hold_state_conflict`, `account_exists`: the request conflicts "
-    "with what is already recorded",
+    "`reconciliation_run_not_found`, `budget_not_found`, `plan_not_found`: a named resource does not exist",
+    409: "`idempotency_conflict`, `hold_state_conflict`, `account_exists`, `plan_exists`: the request "
+    "conflicts with what is already recorded",
     410: "`model_retired`: the model is past the `retires_at` its price version gives; `error` adds "
     "`retires_at`. Holds reserved before still settle, release and reconcile",
     413: "`payload_too_large`: the body is larger than the service reads",

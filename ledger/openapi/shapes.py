@@ -202,4 +202,35 @@ class PriceDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ] = False
 
 
-DOCUMENTED = (Usage, Reservation, Charge, PriceDocument)
+Percent = Annotated[
+    str,
+    Meta(
+        pattern=r"^(-?(0|[1-9][0-9]?)(\.[0-9]{1,4})?|-100(\.0{1,4})?|[1-9][0-9]{2}(\.[0-9]{1,4})?|1000(\.0{1,4})?)$",
+        description="a percentage as a decimal string within [-100, 1000], at most 4 decimal places",
+    ),
+]
+PlanModelName = Annotated[str, Meta(pattern=MODEL_NAME_PATTERN, max_length=128)]
+
+
+class PlanLongContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The override's long-context rates (the list model's threshold applies)."""
+
+    rates: Rates
+
+
+class PlanModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One model of a plan: `adjust_percent`, or `rates` (+ `long_context`), never both."""
+
+    adjust_percent: Percent | msgspec.UnsetType = msgspec.UNSET
+    rates: Rates | msgspec.UnsetType = msgspec.UNSET
+    long_context: PlanLongContext | msgspec.UnsetType = msgspec.UNSET
+
+
+class PlanDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A price plan revision's document (docs/plans.md)."""
+
+    adjust_percent: Percent | msgspec.UnsetType = msgspec.UNSET
+    models: dict[PlanModelName, PlanModel] | msgspec.UnsetType = msgspec.UNSET
+
+
+DOCUMENTED = (Usage, Reservation, Charge, PriceDocument, PlanDocument)

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ledger.db import read_only
+from ledger.db import read_only, transaction
 from ledger.errors import (
     ModelNotFound,
     PriceVersionNotEffective,
@@ -28,6 +28,7 @@ from ledger.errors import (
     PriceVersionSuperseded,
     PricingUnavailable,
 )
+from ledger.plans import rates as plan_rates
 from ledger.prices import repository
 from ledger.prices.schemas import PriceVersion
 from ledger.schemas import iso
@@ -60,6 +61,8 @@ class PriceCatalog:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._cache: OrderedDict[str, PriceDocument] = OrderedDict()
+        # (version, plan id, plan revision, model) -> the stored effective price: immutable
+        self._planned: OrderedDict[tuple[str, str, int, str], ModelPrice] = OrderedDict()
 
     async def get(self, version: str) -> PriceVersion:
         async with read_only(self.engine) as conn:
@@ -142,8 +145,11 @@ class PriceCatalog:
                 param="price_version",
             )
 
-    async def model_price(self, *, currency: str, model: str, version: str) -> ModelPrice:
-        """A model's price in a given version, from the cache when possible (no connection).
+    async def model_price(
+        self, *, currency: str, model: str, version: str, plan: tuple[str, int] | None = None
+    ) -> ModelPrice:
+        """A model's price in a given version, from the cache when possible (no connection);
+        with `plan` (plan id, revision), its materialised effective price (`ledger.plans.rates`).
 
         A model the version does not price is 404 `model_not_found` or 503
         `pricing_unavailable` (see `unpriced`)."""
@@ -155,7 +161,22 @@ class PriceCatalog:
         if price is None:
             async with read_only(self.engine) as conn:
                 raise await self.unpriced(conn, currency=currency, model=model, version=version)
-        return price
+        if plan is None:
+            return price
+        key = (version, plan[0], plan[1], model)
+        planned = self._planned.get(key)
+        if planned is not None:
+            self._planned.move_to_end(key)
+            return planned
+
+        async def work(conn: AsyncConnection) -> ModelPrice:
+            return await plan_rates.effective(conn, plan, version, price, currency)
+
+        planned = await transaction(self.engine, work)  # a stored row, or materialised now (first use)
+        self._planned[key] = planned
+        if len(self._planned) > CACHE_SIZE * 16:
+            self._planned.popitem(last=False)
+        return planned
 
     async def unpriced(
         self, conn: AsyncConnection, *, currency: str, model: str, version: str

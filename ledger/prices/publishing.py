@@ -42,6 +42,7 @@ from ledger.audit import repository as audit
 from ledger.context import Actor
 from ledger.db import read_only, transaction
 from ledger.errors import ValidationFailed
+from ledger.plans import rates as plan_rates
 from ledger.prices import repository
 from ledger.prices.catalog import view
 from ledger.prices.pricing import translate_pricing_error
@@ -91,6 +92,8 @@ async def insert_version(
         document=msgspec.json.encode(builtins).decode(),
         published_by=actor.identity,
     )
+    # every plan's current revision of the currency, materialised at this version (0024)
+    await plan_rates.for_price_version(conn, row.version, stored)
     await audit.record(
         conn,
         actor=actor.identity,

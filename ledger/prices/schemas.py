@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.schemas import Currency
+from ledger.plans.schemas import PlanRef
+from ledger.schemas import AccountId, Currency
 
 ModelName = Annotated[str, Meta(min_length=1, max_length=200)]
 VersionId = Annotated[str, Meta(pattern=r"^v[0-9]{1,18}$")]
@@ -39,6 +40,8 @@ class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_output_tokens: TokenCount | None = None
     max_input_tokens: TokenCount | None = None
     n: Completions | None = None
+    # price with this account's current plan, in its currency (404 when unknown)
+    account_id: AccountId | None = None
 
 
 class Notice(msgspec.Struct, frozen=True):
@@ -55,6 +58,8 @@ class ChargeQuote(msgspec.Struct, frozen=True):
     price_version: str
     charge: dict[str, Any]
     notice: Notice | msgspec.UnsetType = msgspec.UNSET  # absent: the model has no retires_at
+    # with account_id: the plan that priced it ({"id", "revision"}, null: list rates)
+    plan: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ReservationQuote(msgspec.Struct, frozen=True):
@@ -62,6 +67,7 @@ class ReservationQuote(msgspec.Struct, frozen=True):
     price_version: str
     reservation: dict[str, Any]
     notice: Notice | msgspec.UnsetType = msgspec.UNSET  # absent: the model has no retires_at
+    plan: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
 
 
 RefreshOutcome = Literal["publish", "unchanged", "refuse_rate_move", "refuse_newer_version"]

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import msgspec
+
 from ledger.context import Actor
 from ledger.db import read_only
-from ledger.errors import ValidationFailed
+from ledger.errors import AccountNotFound, ValidationFailed
+from ledger.holds.repository import account_currency
+from ledger.plans.schemas import PlanRef
 from ledger.prices import notices, publishing
 from ledger.prices.catalog import PriceCatalog
 from ledger.prices.pricing import charge, check_retirement, size
@@ -69,17 +73,31 @@ class PriceService(PriceCatalog):
             raise ValidationFailed("give either usage or the reservation fields, not both", param="usage")
         if body.price_version is not None and pin_grace_seconds is not None:
             await self.check_pin(body.price_version, pin_grace_seconds)
+        currency, plan = body.currency, None
+        shown: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
         async with read_only(self.engine) as conn:
+            if body.account_id is not None:  # the account's currency and current plan revision
+                found = await account_currency(conn, body.account_id)
+                if found is None:
+                    raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
+                currency, plan = found
+                shown = None if plan is None else PlanRef(id=plan[0], revision=plan[1])
             version, price = await self.resolve(
-                conn, currency=body.currency, model=body.model, pinned=body.price_version
+                conn, currency=currency, model=body.model, pinned=body.price_version
             )
+        if plan is not None:
+            price = await self.model_price(currency=currency, model=body.model, version=version, plan=plan)
         at = notices.now()
         check_retirement(price, at)  # 410 once the model is retired, either kind of quote
         notice = notices.notice_for(price, at)
         if body.usage is not None:
             cost = charge(price, body.usage, body.n or 1)  # a settle would refuse it too
             return ChargeQuote(
-                model=body.model, price_version=version, charge=charge_to_builtins(cost), notice=notice
+                model=body.model,
+                price_version=version,
+                charge=charge_to_builtins(cost),
+                notice=notice,
+                plan=shown,
             )
         reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
         return ReservationQuote(
@@ -87,4 +105,5 @@ class PriceService(PriceCatalog):
             price_version=version,
             reservation=reservation_to_builtins(reservation),
             notice=notice,
+            plan=shown,
         )

@@ -62,7 +62,7 @@ class AdminReportController(Controller):
 
     @get(
         "/reports/revenue",
-        summary="Revenue for [from, to) by model, account or day (JSON or CSV)",
+        summary="Revenue for [from, to) by model, account, day or the holds' price plan (JSON or CSV)",
         responses={**csv_or_json("the revenue report"), **refusals(GUARDED)},
     )
     async def revenue(

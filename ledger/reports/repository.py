@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledger.journal.postings import revenue_accounts
 
-GroupBy = Literal["model", "account", "day"]
+GroupBy = Literal["model", "account", "day", "plan"]
 STREAM_BATCH = 500
 
 _ACCOUNT = text("SELECT id, currency, created_at FROM accounts WHERE id = :id AND kind = 'customer'")
@@ -100,6 +100,8 @@ _GROUP_KEYS: dict[str, str] = {
     "model": "h.model",
     "account": "t.account_id",
     "day": "to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+    # the plan the hold pinned (0024); list-rate holds in a group of their own
+    "plan": "coalesce(h.plan_id, '(list)')",
 }
 _REVENUE: dict[str, Any] = {
     group_by: text(

@@ -10,7 +10,8 @@
 --   never together exceed `available`);
 -- - a reserve is refused, writing nothing, when the account is missing or of another
 --   currency ('no_account'), frozen ('frozen'), sized with a price version that is no
---   longer active and not pinned ('version'), short of funds ('insufficient': available is
+--   longer active and not pinned ('version'), sized with a price plan revision that is not
+--   the account's current one ('plan', 0024: the detail names the current one), short of funds ('insufficient': available is
 --   balance - lapsed + credit_limit - held), or past its budget key's budget ('budget',
 --   checked after the funds, so insufficient funds wins when both refuse);
 -- - a budget row is locked and written only under its account's lock
@@ -77,12 +78,14 @@ DECLARE
   a_held numeric[];
   a_limit numeric[];
   a_lapsed numeric[];  -- what expired grants still hold until the expiry job posts it out
+  a_plan text[];  -- the account's price plan and its current revision (0024), NULL: list rates
+  a_plan_revision integer[];
   a_row record;
   -- what the batch writes at the end, one statement per table
   n_idx integer[] := '{}'; n_id uuid[] := '{}'; n_account text[] := '{}'; n_key text[] := '{}';
   n_hash text[] := '{}'; n_model text[] := '{}'; n_version text[] := '{}'; n_currency char(3)[] := '{}';
   n_amount numeric[] := '{}'; n_reservation jsonb[] := '{}'; n_ttl integer[] := '{}'; n_metadata jsonb[] := '{}';
-  n_budget text[] := '{}';
+  n_budget text[] := '{}'; n_plan text[] := '{}'; n_plan_revision integer[] := '{}';
   n_keys text[] := '{}';
   s_idx integer[] := '{}'; s_id uuid[] := '{}'; s_usage jsonb[] := '{}'; s_charge jsonb[] := '{}';
   s_charged numeric[] := '{}'; s_flagged boolean[] := '{}'; s_detail jsonb[] := '{}';
@@ -113,6 +116,7 @@ BEGIN
   -- money left can serve them (the one by expiry would be scanned whole): each probe is
   -- by account id.
   FOR a_row IN SELECT ac.id, ac.currency, ac.frozen_at IS NOT NULL AS frozen, ac.balance, ac.held, ac.credit_limit,
+                      ac.plan_id, ac.plan_revision,
                       (SELECT true FROM grants gr WHERE gr.account_id = ac.id AND (gr.remaining > 0) IS TRUE LIMIT 1)
                         AS granted
                  FROM accounts ac WHERE ac.id = ANY (a_id) AND (ac.kind = 'customer') IS TRUE
@@ -124,6 +128,8 @@ BEGIN
     a_held[j] := a_row.held;
     a_limit[j] := a_row.credit_limit;
     a_lapsed[j] := 0;
+    a_plan[j] := a_row.plan_id;
+    a_plan_revision[j] := a_row.plan_revision;
     IF a_row.granted THEN
       g_any := g_any || a_row.id;
     END IF;
@@ -210,6 +216,15 @@ BEGIN
           CONTINUE;
         END IF;
       END IF;
+      -- The account's plan revision, as locked: a reserve sized with another one (the
+      -- service's cache is stale) is sized again with the current one.
+      IF a_plan[j] IS DISTINCT FROM o ->> 'plan_id'
+         OR a_plan_revision[j] IS DISTINCT FROM CAST(o ->> 'plan_revision' AS integer) THEN
+        op_outcome := 'plan';
+        op_detail := jsonb_build_object('plan_id', a_plan[j], 'plan_revision', a_plan_revision[j]);
+        RETURN NEXT;
+        CONTINUE;
+      END IF;
       v_amount := CAST(o ->> 'amount' AS numeric);
       IF a_balance[j] - a_lapsed[j] + a_limit[j] - a_held[j] < v_amount THEN
         op_outcome := 'insufficient';
@@ -242,6 +257,8 @@ BEGIN
       n_ttl := n_ttl || CAST(o ->> 'ttl' AS integer);
       n_metadata := n_metadata || (o -> 'metadata');
       n_budget := n_budget || (o ->> 'budget_key');
+      n_plan := n_plan || a_plan[j];
+      n_plan_revision := n_plan_revision || a_plan_revision[j];
       IF v_amount <> 0 THEN
         v_txn := nextval(v_seq);
         t_id := t_id || v_txn; t_kind := t_kind || 'reserve'::text; t_account := t_account || v_account;
@@ -377,13 +394,15 @@ BEGIN
     RETURN QUERY
       WITH ins AS (
         INSERT INTO holds (id, account_id, idempotency_key, request_hash, state, model, price_version, currency,
-                           amount, reservation, ttl_seconds, expires_at, metadata, budget_key)
+                           amount, reservation, ttl_seconds, expires_at, metadata, budget_key, plan_id,
+                           plan_revision)
         SELECT u.id, u.account_id, u.key, u.hash, 'open', u.model, u.version, u.currency, u.amount,
-               u.reservation, u.ttl, now() + make_interval(secs => u.ttl), u.metadata, u.budget_key
+               u.reservation, u.ttl, now() + make_interval(secs => u.ttl), u.metadata, u.budget_key, u.plan_id,
+               u.plan_revision
           FROM unnest(n_id, n_account, n_key, n_hash, n_model, n_version, n_currency, n_amount, n_reservation,
-                      n_ttl, n_metadata, n_budget)
+                      n_ttl, n_metadata, n_budget, n_plan, n_plan_revision)
             AS u (id, account_id, key, hash, model, version, currency, amount, reservation, ttl, metadata,
-                  budget_key)
+                  budget_key, plan_id, plan_revision)
         RETURNING holds.id, holds AS hold_row
       )
       SELECT u.idx, 'created'::text, NULL::jsonb, ins.hold_row

@@ -42,6 +42,7 @@ def test_create_get_and_list_account(client: TestClient[Any]) -> None:
         "frozen_at": None,
         "frozen_reason": None,
         "review": None,
+        "plan": None,
     }
     assert client.get(f"/admin/v1/accounts/{account_id}", headers=auth(VIEWER)).json() == body
     # pagination visits every account exactly once

@@ -307,3 +307,48 @@ def test_anthropic_usage_settles_through_the_adapter(ledger: Ledger) -> None:
         "cache_write_1h": 200,
         "output": 50,
     }
+
+
+def test_a_planned_account_quotes_reserves_and_settles_with_its_plan(ledger: Ledger) -> None:
+    """A plan of -50 % for the model: every rate halves (input 1.5, output 7.5, highest input 3)."""
+    from ledger_client import PlanRef
+
+    plan_id = f"plan-{account_suffix()}"
+    ledger.admin(
+        "POST",
+        "/admin/v1/plans",
+        {
+            "plan_id": plan_id,
+            "currency": "USD",
+            "document": {"models": {MODEL: {"adjust_percent": "-50"}}},
+            "reason": "client test",
+        },
+    )
+    account = ledger.account("1")
+    ledger.admin("PUT", f"/admin/v1/accounts/{account}/plan", {"plan_id": plan_id, "reason": "client test"})
+    with client(ledger) as c:
+        quote = c.quote(MODEL, usage=FINAL, price_version=ledger.version, account_id=account)
+        assert quote.plan == PlanRef(plan_id, 1)
+        assert quote.charge.amount == FINAL_COST / 2  # type: ignore[union-attr]
+        assert c.quote(MODEL, usage=FINAL, price_version=ledger.version).plan is None
+        hold = reserve(c, ledger, account)
+        assert hold.plan == PlanRef(plan_id, 1) and hold.amount == HELD / 2
+        settled = c.settle(hold.id, FINAL)
+        assert settled.charge is not None and settled.charge.amount == FINAL_COST / 2
+        assert settled.plan == PlanRef(plan_id, 1)
+        with pytest.raises(InsufficientFunds) as caught:
+            c.reserve(
+                account,
+                MODEL,
+                price_version=ledger.version,
+                max_input_tokens=1000,
+                max_output_tokens=64000,
+                n=128,
+            )
+        assert caught.value.plan == {"id": plan_id, "revision": 1}
+
+
+def account_suffix() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:12]

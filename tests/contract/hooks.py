@@ -80,6 +80,14 @@ SEMANTIC_422: dict[tuple[str, str], str] = {
     ): "a price document's fields relate: the long-context threshold is below the model's input limit, "
     "both tables give the same categories, a model appears once, its default output allowance is at "
     "most its output limit",
+    (
+        "validation_error",
+        r"give either adjust_percent or rates, not both|is required \(or give adjust_percent\)",
+    ): "a plan's model takes a percent or rate tables: one of two optional fields, exactly",
+    ("validation_error", r"effective rate .* is above"): "a plan's effective rates depend on the list "
+    "rates of the price versions it is materialised at",
+    ("validation_error", r"prices in [A-Z]{3}"): "an account's plan, or the price version a plan "
+    "revision is shown at, is of the account's / plan's currency: data, not a pattern",
 }
 
 

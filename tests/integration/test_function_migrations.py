@@ -280,3 +280,40 @@ def test_every_function_file_is_the_text_its_latest_migration_pins() -> None:
 def test_a_pin_no_text_has_is_refused() -> None:
     with pytest.raises(FunctionSourceError, match="ledger_review_mark"):
         source("ledger_review_mark", revision="0023", pinned="0" * 64)
+
+
+def test_0024_downgrades_to_0023_s_functions_and_upgrades_again(scratch: str) -> None:
+    url = normalize_database_url(scratch)
+    migrate(url)
+
+    def bodies() -> dict[str, str]:
+        with psycopg.connect(scratch) as conn:
+            rows = conn.execute(
+                "SELECT proname, prosrc FROM pg_proc "
+                "WHERE proname IN ('ledger_hold_batch', 'ledger_account_guard')"
+            ).fetchall()
+        return {name: body for name, body in rows}
+
+    def tables() -> set[str]:
+        with psycopg.connect(scratch) as conn:
+            rows = conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'plan%'"
+            ).fetchall()
+        return {name for (name,) in rows}
+
+    head = bodies()
+    assert "a_plan_revision" in head["ledger_hold_batch"]
+    assert "'plan_revision'" in head["ledger_account_guard"]
+    assert tables() == {"plans", "plan_revisions", "plan_rates"}
+    command.downgrade(alembic_config(url), "0023")
+    previous = bodies()
+    assert "a_plan_revision" not in previous["ledger_hold_batch"]
+    assert "plan_revision" not in previous["ledger_account_guard"]
+    assert tables() == set()
+    with psycopg.connect(scratch) as conn:
+        columns = conn.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE column_name = 'plan_revision'"
+        ).fetchone()
+    assert columns == (0,)
+    migrate(url)
+    assert bodies() == head

@@ -89,6 +89,10 @@ TAMPERING = [
     "CREATE TABLE shadow (id int)",
     "INSERT INTO sql_functions (name, revision, sha256, body) VALUES ('x', '9999', '', '')",
     "SELECT count(*) FROM sql_functions",
+    "UPDATE plan_revisions SET reason = 'x' WHERE false",
+    "DELETE FROM plan_revisions WHERE false",
+    "UPDATE plan_rates SET price = price WHERE false",
+    "DELETE FROM plan_rates WHERE false",
 ]
 
 
@@ -182,3 +186,51 @@ def test_migrate_grants_the_configured_service_role(database: str, make_role: An
 def test_refuses_a_superuser(database: str) -> None:
     done = ledger("grant-service-role", "postgres", LEDGER_DATABASE_URL=database)
     assert done.returncode == 2 and "superuser" in done.stderr
+
+
+def test_price_plans_work_as_the_service_role(
+    database: str, service_role: str, contract_version: str
+) -> None:
+    """Create, revise, assign; a reserve pinned to a version the plan's rates were not stored at
+    materialises them on first use (an INSERT of the service's); the settle charges them."""
+    from ledger.app import create_app
+
+    url = as_role(database, service_role)
+    settings = load_settings(dict(TEST_ENV, LEDGER_DATABASE_URL=url))
+    with TestClient(create_app(settings, normalize_database_url(url))) as client:
+        plan_id = new_id("plan")
+        document = {"models": {"gpt-6-luna": {"adjust_percent": "-20"}}}
+        r = client.post(
+            "/admin/v1/plans",
+            json={"plan_id": plan_id, "currency": "USD", "document": document, "reason": "role test"},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+        r = client.post(
+            f"/admin/v1/plans/{plan_id}/revisions",
+            json={"document": document, "reason": "role test"},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 201, r.text
+        account = open_account(client, "5")
+        r = client.put(
+            f"/admin/v1/accounts/{account}/plan",
+            json={"plan_id": plan_id, "reason": "role test"},
+            headers=auth(FINANCE),
+        )
+        assert r.status_code == 200, r.text
+        body = {
+            "account_id": account,
+            "idempotency_key": new_id("key"),
+            "model": "gpt-6-luna",
+            "max_output_tokens": 1000,
+            "max_input_tokens": 10000,
+            "price_version": contract_version,
+        }
+        r = client.post("/v1/holds", json=body, headers=auth(GATEWAY))
+        assert r.status_code == 201, r.text
+        assert r.json()["plan"] == {"id": plan_id, "revision": 2}
+        usage = {"prompt_tokens": 1000, "completion_tokens": 100}
+        r = client.post(f"/v1/holds/{r.json()['id']}/settle", json={"usage": usage}, headers=auth(GATEWAY))
+        assert r.status_code == 200, r.text
+        assert r.json()["charge"]["amount"] == "0.0032"  # 1000 x 2 / 1e6 + 100 x 12 / 1e6

@@ -36,6 +36,7 @@ PAIRS: list[tuple[type[Any], type[msgspec.Struct], set[str]]] = [
     (models.ChargeQuote, prices.ChargeQuote, set()),
     (models.ReservationQuote, prices.ReservationQuote, set()),
     (models.Notice, prices.Notice, set()),
+    (models.PlanRef, holds.PlanRef, set()),
 ]
 CLIENT_ONLY = {"raw"}  # the answer as sent, kept beside the typed fields
 

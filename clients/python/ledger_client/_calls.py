@@ -113,6 +113,7 @@ def quote(
     max_output_tokens: int | None,
     max_input_tokens: int | None,
     n: int | None,
+    account_id: str | None = None,
 ) -> Call[ChargeQuote | ReservationQuote]:
     body: dict[str, Any] = {"model": model}
     if usage is not None:
@@ -123,6 +124,7 @@ def quote(
         "max_output_tokens": max_output_tokens,
         "max_input_tokens": max_input_tokens,
         "n": n,
+        "account_id": account_id,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return Call("POST", "/v1/quotes", quote_from_wire, body)

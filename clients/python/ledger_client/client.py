@@ -166,9 +166,11 @@ class AsyncLedgerClient:
         max_output_tokens: int | None = None,
         max_input_tokens: int | None = None,
         n: int | None = None,
+        account_id: str | None = None,
     ) -> ChargeQuote | ReservationQuote:
         """Price a usage (`ChargeQuote`, `usage` as for `settle`) or size a reservation
-        (`ReservationQuote`, from the `max_*_tokens` and `n`); touches no balance."""
+        (`ReservationQuote`, from the `max_*_tokens` and `n`); touches no balance. With
+        `account_id`, prices with that account's price plan (the quote's `plan` says which)."""
         return await self._send(
             _calls.quote(
                 model=model,
@@ -178,6 +180,7 @@ class AsyncLedgerClient:
                 max_output_tokens=max_output_tokens,
                 max_input_tokens=max_input_tokens,
                 n=n,
+                account_id=account_id,
             )
         )
 
@@ -295,6 +298,7 @@ class LedgerClient:
         max_output_tokens: int | None = None,
         max_input_tokens: int | None = None,
         n: int | None = None,
+        account_id: str | None = None,
     ) -> ChargeQuote | ReservationQuote:
         """As `AsyncLedgerClient.quote`."""
         return self._send(
@@ -306,6 +310,7 @@ class LedgerClient:
                 max_output_tokens=max_output_tokens,
                 max_input_tokens=max_input_tokens,
                 n=n,
+                account_id=account_id,
             )
         )
 

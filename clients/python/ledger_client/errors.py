@@ -59,6 +59,8 @@ class InsufficientFunds(LedgerError):
         self.available = Decimal(str(detail.get("available", "0")))
         self.currency: str | None = detail.get("currency")
         self.reservation: dict[str, Any] = detail.get("reservation") or {}
+        # the account's price plan that sized it ({"id", "revision"}), None at list rates
+        self.plan: dict[str, Any] | None = detail.get("plan")
 
 
 class BudgetExceeded(InsufficientFunds):

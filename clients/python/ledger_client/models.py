@@ -119,6 +119,18 @@ def _maybe_notice(value: Any) -> Notice | None:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanRef:
+    """A price plan revision: what a hold pinned, what priced a quote."""
+
+    id: str
+    revision: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any] | None) -> PlanRef | None:
+        return None if not data else cls(str(data["id"]), int(data["revision"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """A reservation and its fate. `charge`, `released`, `true_up` exist once it is charged;
     `resolved_*` once it is settled or released."""
@@ -153,6 +165,7 @@ class Hold:
     cost: Decimal | None
     raw: dict[str, Any] = field(repr=False, compare=False)
     notice: Notice | None = None  # on a reserve's answer and a GET, while the model has a retires_at
+    plan: PlanRef | None = None  # the pinned price plan revision; None: list rates
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Hold:
@@ -186,6 +199,7 @@ class Hold:
             cost=_maybe_amount(data.get("cost")),
             raw=data,
             notice=_maybe_notice(data.get("notice")),
+            plan=PlanRef.from_wire(data.get("plan")),
         )
 
 
@@ -228,6 +242,7 @@ class ChargeQuote:
     price_version: str
     charge: Charge
     notice: Notice | None = None
+    plan: PlanRef | None = None  # with account_id: the plan that priced it
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +253,21 @@ class ReservationQuote:
     price_version: str
     reservation: Reservation
     notice: Notice | None = None
+    plan: PlanRef | None = None  # with account_id: the plan that sized it
 
 
 def quote_from_wire(data: dict[str, Any]) -> ChargeQuote | ReservationQuote:
     """The quote the answer is: a charge quote when it carries `charge`, else a reservation quote."""
     notice = _maybe_notice(data.get("notice"))
+    plan = PlanRef.from_wire(data.get("plan"))
     if "charge" in data:
         return ChargeQuote(
-            str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]), notice
+            str(data["model"]), str(data["price_version"]), Charge.from_wire(data["charge"]), notice, plan
         )
     return ReservationQuote(
-        str(data["model"]), str(data["price_version"]), Reservation.from_wire(data["reservation"]), notice
+        str(data["model"]),
+        str(data["price_version"]),
+        Reservation.from_wire(data["reservation"]),
+        notice,
+        plan,
     )

@@ -1,0 +1,1 @@
+"""Price plans: finance's discounts, markups and per-model rates, assigned to accounts."""
