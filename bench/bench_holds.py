@@ -70,6 +70,13 @@ VENV_BIN = Path(sys.executable).parent
 # `ledger serve` with a database refuses tokens shorter than 32 characters.
 ADMIN_TOKEN, GATEWAY_TOKEN = "bench-admin-token-5d0c8a2e6f1b9374", "bench-gateway-token-1e9b4f7a3c0d8265"
 SPREAD_DEPOSIT, HOT_DEPOSIT = "100000", "10000000"
+# --plan: every account on this plan (10% off the bench model's list rates; an override on another)
+PLAN = {
+    "plan_id": "bench-plan",
+    "currency": "USD",
+    "document": {"adjust_percent": "-10", "models": {"gpt-5": {"rates": {"input": "1", "output": "8"}}}},
+    "reason": "bench",
+}
 PGBENCH_SCALE = {"spread": 10, "one account": 1}
 
 
@@ -148,10 +155,16 @@ class Service:
 
 
 async def create_accounts(
-    base: str, accounts: int, concurrency: int = 16, budget_key: str | None = None, grant: bool = False
+    base: str,
+    accounts: int,
+    concurrency: int = 16,
+    budget_key: str | None = None,
+    grant: bool = False,
+    plan: bool = False,
 ) -> float:
     """Create and fund `accounts` spread accounts and the hot one through the admin API, with a
-    budget for `budget_key` and a live grant on the hot one if asked; seconds taken."""
+    budget for `budget_key` and a live grant on the hot one if asked, and every account on the
+    price plan `PLAN` if `plan`; seconds taken."""
     started = time.monotonic()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     gate = asyncio.Semaphore(concurrency)
@@ -171,6 +184,18 @@ async def create_accounts(
                 )
                 if paid.status_code not in (200, 201):
                     raise RuntimeError(f"deposit {account_id}: {paid.status_code} {paid.text[:300]}")
+                if plan:
+                    put = await client.put(
+                        f"/admin/v1/accounts/{account_id}/plan",
+                        json={"plan_id": PLAN["plan_id"], "reason": "bench"},
+                    )
+                    if put.status_code != 200:
+                        raise RuntimeError(f"plan {account_id}: {put.status_code} {put.text[:300]}")
+
+        if plan:
+            made = await client.post("/admin/v1/plans", json=PLAN)
+            if made.status_code not in (200, 201):
+                raise RuntimeError(f"plan: {made.status_code} {made.text[:300]}")
 
         jobs = [one(f"{ACCOUNT_PREFIX}{i:04d}", SPREAD_DEPOSIT) for i in range(accounts)]
         await asyncio.gather(*jobs, one(HOT_ACCOUNT, HOT_DEPOSIT))
@@ -574,6 +599,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the hot account also has a large live grant, so every settle on it is paid by the grant",
     )
     parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="every account carries a price plan (10%% off list, an override on another model): "
+        "reserves and settles price with its materialised rates",
+    )
+    parser.add_argument(
         "--budget-key",
         default=None,
         help="every reserve names this budget key (the hot account's has a budget that never refuses)",
@@ -697,7 +728,9 @@ def main(argv: list[str] | None = None) -> int:
         service.wait_ready()
         if args.budget_key is not None:
             os.environ["BENCH_BUDGET_KEY"] = args.budget_key  # read by holds_cycle.lua (wrk's environment)
-        made = create_accounts(service.base, args.accounts, budget_key=args.budget_key, grant=args.grant)
+        made = create_accounts(
+            service.base, args.accounts, budget_key=args.budget_key, grant=args.grant, plan=args.plan
+        )
         setup_s = asyncio.run(made)
         # As pgbench -i does after loading: vacuum and analyze the freshly loaded tables, so the
         # first workload does not run beside autovacuum and autoanalyze of the setup.
@@ -754,6 +787,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": args.rounds,
             "budget_key": args.budget_key,
             "grant": args.grant,
+            "plan": args.plan,
         },
         "setup": {"accounts": args.accounts + 1, "seconds": round(setup_s, 2)},
         "integrity": integrity,
