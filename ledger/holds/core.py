@@ -127,12 +127,13 @@ class HoldCore:
         return [view(r) for r in rows], (str(rows[-1].id) if more and rows else None)
 
     async def get_by_key(self, account_id: str, idempotency_key: str) -> Hold:
-        """The hold of the gateway's request id (account + idempotency key); 404 when none."""
+        """The hold of the gateway's request id (account + idempotency key); 404 when none.
+        The same answer as `get` of that hold, its model's retirement notice included."""
         async with read_only(self.autocommit) as conn:
             row = await repository.get_by_key(conn, account_id, idempotency_key)
         if row is None:
             raise HoldNotFound(f"account {account_id!r} has no hold with this idempotency_key")
-        return view(row)
+        return await self.noticed(view(row), notices.now())
 
     # --- pricing -------------------------------------------------------------------
 

@@ -142,13 +142,14 @@ class FastLane:
                 payload = _encode(error_body(error))
                 deadline = None
             self._served[route].inc()
-            headers = [
+            # Litestar's order: the handler's headers (Sunset), then its content type and
+            # length, then the request id the middleware adds.
+            headers = [] if deadline is None else [(b"sunset", deadline.encode("latin-1"))]
+            headers += [
                 _CONTENT_TYPE,
                 (b"content-length", str(len(payload)).encode()),
                 (REQUEST_ID, request_id.encode("latin-1")),
             ]
-            if deadline is not None:
-                headers.append((b"sunset", deadline.encode("latin-1")))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
         finally:

@@ -4,9 +4,9 @@ A price version may give a model a `retires_at` (`pricing.catalogue`). Before it
 answers that start a request (a reserve, 201 and its 200 replay, and a quote) carry a
 `notice` object the gateway can pass on, and an RFC 8594 `Sunset` header (an HTTP-date)
 with the same time; at or after it those requests are refused (410 `model_retired`).
-A single hold's GET carries the notice of its pinned version too (code `model_retired`
-once the time is past); other hold answers (settle, release, checkpoint, interrupt,
-lists) do not.
+A single hold's GET and the by-key lookup of a hold (the request log) carry the notice of
+its pinned version too (code `model_retired` once the time is past), with the same
+`Sunset` header; other hold answers (settle, release, checkpoint, interrupt, lists) do not.
 
 Invariants kept here:
 - the notice comes from the price document already in hand or in the process's price

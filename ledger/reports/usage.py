@@ -9,17 +9,25 @@ Invariants:
   the account's entries of those transactions, so the report's total cost equals, to the
   last digit, minus the statement's `settle` + `true_up` totals for the same account and
   period (the statement shows balance changes: a charge is negative there, a cost here);
-- `requests` and tokens count each charged hold once, in the period and group of its
+- `requests` and tokens count each settled hold once, in the period and group of its
   first charge (its settle transaction, or the true-up of a hold the reconciler released),
   with the tokens of its final charge (a later true-up replaces the charge lines). A
-  true-up in a later period adds its cost difference there, and no request;
+  true-up in a later period adds its cost difference there, and no request. A settled
+  hold with no charge transaction at all (a free request: a charge of 0 on a hold of 0,
+  e.g. a -100% plan or a model priced at 0, moves no money, so nothing is journaled)
+  counts once at its `resolved_at`, with cost 0;
 - tokens come from the hold's charge lines: `prompt` is the sum of every input-side line
   (input, cached_input and the cache writes: the request's prompt tokens), `completion`
   the output line, and `cached_input`, `cache_write`, `cache_write_5m`, `cache_write_1h`
   their lines (the untimed `cache_write` line excludes the 5m and 1h writes);
 - one REPEATABLE READ snapshot: the account, the period's end and the rows are of one moment;
+- the group of holds without a budget key has the key null (JSON) / an empty key cell
+  (CSV): a budget key is free text (anything without `/`), so no marker string would be
+  safe from a real key;
 - the groups sum to the totals exactly; the CSV carries the same numbers as the JSON, written
-  by `ledger.reports.csv_writer` (a key a spreadsheet would run as a formula is neutralised).
+  by `ledger.reports.csv_writer` (a key a spreadsheet would run as a formula is neutralised),
+  with a first column `row`: `group` for a group, `total` for the totals (whose key cell is
+  empty), so no key (a model or budget key named `total`) passes for the totals.
 """
 
 from __future__ import annotations
@@ -40,10 +48,9 @@ from pricing.money import add, format_amount
 
 UsageGroupBy = Literal["model", "day", "budget_key"]
 TOKEN_CATEGORIES = ("prompt", "completion", "cached_input", "cache_write", "cache_write_5m", "cache_write_1h")
-NO_KEY = "(none)"  # the group of holds that named no budget key
 
 USAGE_CSV = CsvLayout(
-    ("key", "requests", *(f"{c}_tokens" for c in TOKEN_CATEGORIES), "cost"),
+    ("row", "key", "requests", *(f"{c}_tokens" for c in TOKEN_CATEGORIES), "cost"),
     numeric=("requests", *(f"{c}_tokens" for c in TOKEN_CATEGORIES), "cost"),
 )
 
@@ -84,6 +91,16 @@ _USAGE: dict[str, Any] = {
                     SELECT 1 FROM journal_transactions s WHERE s.hold_id = c.hold_id AND s.kind = 'settle'
                  )) AS first_charge
             FROM charges c LEFT JOIN holds h ON h.id = c.hold_id
+          UNION ALL
+          -- free requests (see above), settled holds that no settle or true-up was journaled for
+          SELECT h.resolved_at, CAST(0 AS numeric), h.model, h.budget_key, h.charge, true
+            FROM holds h
+           WHERE h.account_id = :account_id AND h.state = 'settled'
+             AND h.resolved_at >= :start AND h.resolved_at < :end
+             AND NOT EXISTS (
+                SELECT 1 FROM journal_transactions f
+                 WHERE f.hold_id = h.id AND f.kind IN ('settle', 'true_up')
+             )
         )
         SELECT {key} AS key, -sum(a.amount) AS cost,
                count(*) FILTER (WHERE a.first_charge) AS requests,
@@ -110,7 +127,7 @@ class UsageTokens(msgspec.Struct, frozen=True):
 
 
 class UsageGroup(msgspec.Struct, frozen=True):
-    key: str
+    key: str | None  # None: the holds without a budget key
     requests: int
     tokens: UsageTokens
     cost: str
@@ -158,7 +175,7 @@ async def usage_report(
         rows = list((await conn.execute(_USAGE[group_by], params)).all())
     groups = [
         UsageGroup(
-            key=row.key if row.key is not None else NO_KEY,
+            key=row.key,
             requests=int(row.requests),
             tokens=_tokens_of(row),
             cost=format_amount(row.cost),
@@ -181,12 +198,13 @@ async def usage_report(
     )
 
 
-def _line(key: str, requests: int, tokens: UsageTokens, cost: str) -> list[str | None]:
-    return [key, str(requests), *(str(getattr(tokens, c)) for c in TOKEN_CATEGORIES), cost]
+def _line(row: str, key: str | None, requests: int, tokens: UsageTokens, cost: str) -> list[str | None]:
+    return [row, key, str(requests), *(str(getattr(tokens, c)) for c in TOKEN_CATEGORIES), cost]
 
 
 def usage_csv(report: UsageReport) -> str:
-    """Header, a row per group (its key is text: a model, a day, a budget key), then `total`."""
-    rows = [_line(g.key, g.requests, g.tokens, g.cost) for g in report.groups]
-    rows.append(_line("total", report.totals.requests, report.totals.tokens, report.totals.cost))
+    """Header, a `group` row per group (its key is text: a model, a day, a budget key; empty
+    for the holds without a budget key), then the `total` row (its key empty)."""
+    rows = [_line("group", g.key, g.requests, g.tokens, g.cost) for g in report.groups]
+    rows.append(_line("total", None, report.totals.requests, report.totals.tokens, report.totals.cost))
     return USAGE_CSV.header() + USAGE_CSV.lines(rows)

@@ -257,3 +257,42 @@ def test_the_openapi_document_declares_the_notice_the_header_and_410(
         {"$ref": "#/components/schemas/PriceDocument", "components": document["components"]}
     )
     assert published.is_valid(sheet(world["currency"]))
+
+
+def test_the_by_key_lookup_answers_as_the_single_hold_s_get(
+    client: TestClient[Any], world: dict[str, Any]
+) -> None:
+    """The request log's by-key lookups carry the notice and the Sunset header as GET /holds/{id}."""
+    from urllib.parse import quote as quote_path
+
+    account = world["account"]
+
+    def sent(r: Any) -> tuple[int, list[tuple[bytes, bytes]], Any]:
+        headers = [(k, v) for k, v in r.headers.raw if k.lower() not in (b"x-request-id", b"date")]
+        return r.status_code, headers, r.json()
+
+    for model in ("c-retiring", "c-plain"):
+        key = new_id("k")
+        hold = reserve(client, account, model, key=key, max_output_tokens=10).json()
+        for settled in (False, True):
+            if settled:
+                r = client.post(f"/v1/holds/{hold['id']}/settle", json=usage(10, 10), headers=auth(GATEWAY))
+                assert r.status_code == 200, r.text
+            single = client.get(f"/v1/holds/{hold['id']}", headers=auth(GATEWAY))
+            admin_single = client.get(f"/admin/v1/holds/{hold['id']}", headers=auth(FINANCE))
+            by_key = client.get(
+                f"/v1/accounts/{quote_path(account, safe='')}/holds/by-key",
+                params={"idempotency_key": key},
+                headers=auth(GATEWAY),
+            )
+            admin_by_key = client.get(
+                f"/admin/v1/accounts/{quote_path(account, safe='')}/holds/by-key",
+                params={"idempotency_key": key},
+                headers=auth(FINANCE),
+            )
+            assert sent(by_key) == sent(single), (model, settled)
+            assert sent(admin_by_key) == sent(admin_single) == sent(single), (model, settled)
+            if model == "c-retiring":
+                assert (by_key.json()["notice"], by_key.headers["sunset"]) == (RETIRING, SUNSET)
+            else:
+                assert "notice" not in by_key.json() and "sunset" not in by_key.headers

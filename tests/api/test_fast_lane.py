@@ -3,8 +3,8 @@
 Two apps on one database: `client` (the fast lane on, the default) and `framework`
 (`LEDGER_FAST_LANE=0`: every request through Litestar's routing, guards, admission and
 handlers). Each request below goes to both, and the answers must be the same: status,
-headers (but the request id and date) and body, byte for byte once the hold ids,
-timestamps and keys that differ between the two calls are masked. The fast lane's own
+headers in the order sent (but the request id's value and the date) and body, byte for
+byte once the hold ids, timestamps and keys that differ between the two calls are masked. The fast lane's own
 counter shows which of them it served and which it handed to the framework: every
 refusal before the handler is the framework's.
 """
@@ -51,8 +51,13 @@ def lane(outcome: str) -> float:
     )
 
 
-def masked(response: Any) -> tuple[int, dict[str, str], bytes]:
-    headers = {k: v for k, v in response.headers.items() if k not in ("x-request-id", "date")}
+def masked(response: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, the headers in the order sent (but the request id's value and the date), body."""
+    headers = [
+        (name, b"ID" if name.lower() == b"x-request-id" else value)
+        for name, value in response.headers.raw
+        if name.lower() != b"date"
+    ]
     body = _KEY.sub(b"KEY", _TIME.sub(b"TIME", _UUID.sub(b"UUID", response.content)))
     return response.status_code, headers, body
 

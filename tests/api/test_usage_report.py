@@ -30,13 +30,12 @@ from tests.conftest import (
 )
 
 TOKENS = ("prompt", "completion", "cached_input", "cache_write", "cache_write_5m", "cache_write_1h")
-CSV_HEADER = ["key", "requests", *(f"{t}_tokens" for t in TOKENS), "cost"]
+CSV_HEADER = ["row", "key", "requests", *(f"{t}_tokens" for t in TOKENS), "cost"]
 
 
-@pytest.fixture
-def currency(client: TestClient[Any]) -> str:
+def sheet(client: TestClient[Any], *models: tuple[str, str, str]) -> str:
+    """A fresh currency with these (model, input rate, output rate) published in it."""
     code = fresh_currency()
-    models = [("u-a", "2", "10"), ("u-b", "4", "20")]
     publish(
         client,
         {
@@ -54,6 +53,11 @@ def currency(client: TestClient[Any]) -> str:
         },
     )
     return code
+
+
+@pytest.fixture
+def currency(client: TestClient[Any]) -> str:
+    return sheet(client, ("u-a", "2", "10"), ("u-b", "4", "20"))
 
 
 def account(client: TestClient[Any], currency: str) -> str:
@@ -115,10 +119,17 @@ def statement_charges(client: TestClient[Any], account_id: str, **params: Any) -
 
 
 def as_csv(body: dict[str, Any]) -> list[list[str]]:
-    def line(key: str, g: dict[str, Any]) -> list[str]:
-        return [key, str(g["requests"]), *(str(g["tokens"][t]) for t in TOKENS), g["cost"]]
+    """The JSON as the CSV must carry it: a `group` row per group (the no-key group's key an
+    empty cell), then the `total` row (its key empty)."""
 
-    return [CSV_HEADER, *(line(g["key"], g) for g in body["groups"]), line("total", body["totals"])]
+    def line(row: str, key: str | None, g: dict[str, Any]) -> list[str]:
+        return [row, key or "", str(g["requests"]), *(str(g["tokens"][t]) for t in TOKENS), g["cost"]]
+
+    return [
+        CSV_HEADER,
+        *(line("group", g["key"], g) for g in body["groups"]),
+        line("total", None, body["totals"]),
+    ]
 
 
 def check(body: dict[str, Any]) -> None:
@@ -214,13 +225,13 @@ def test_usage_by_model_day_and_key_equals_the_statement(client: TestClient[Any]
     # by budget key: a key a spreadsheet would run is text in the CSV
     by_key = report(client, account_id, group_by="budget_key", to=end)
     assert {g["key"]: (g["requests"], g["cost"]) for g in by_key["groups"]} == {
-        "(none)": (1, "0.0006"),
+        None: (1, "0.0006"),  # the holds without a budget key
         "=team": (1, "0.0003"),
         "proj-y": (2, "0.0016"),
     }
     check(by_key)
     rows = report_csv(client, account_id, group_by="budget_key", to=end)
-    assert rows == [row if row[0] != "=team" else ["'=team", *row[1:]] for row in as_csv(by_key)]
+    assert rows == [row if row[1] != "=team" else [row[0], "'=team", *row[2:]] for row in as_csv(by_key)]
     assert Decimal(by_key["totals"]["cost"]) == all_charges
 
     # by day (UTC, by transaction time): the days add up to the same total
@@ -264,3 +275,115 @@ def test_usage_report_refusals(client: TestClient[Any], currency: str) -> None:
     assert client.get(path, params={"format": "xml"}, headers=auth(VIEWER)).status_code == 422
     assert client.get(path, headers=auth(GATEWAY)).status_code == 403
     assert client.get(path).status_code == 401
+
+
+def journaled(client: TestClient[Any], account_id: str, hold_id: str) -> list[str]:
+    """The kinds of the account's journal transactions for this hold (a statement's entries)."""
+    r = client.get(f"/admin/v1/accounts/{account_id}/statement", headers=auth(VIEWER))
+    assert r.status_code == 200, r.text
+    return [e["kind"] for e in r.json()["entries"] if e["hold_id"] == hold_id]
+
+
+def test_free_requests_are_counted_though_nothing_is_journaled(client: TestClient[Any]) -> None:
+    """A settle of charge 0 on a hold of 0 writes no transaction; the request and its tokens
+    still count (at the hold's resolved_at), at cost 0, and the cost still equals the statement."""
+    code = sheet(client, ("u-a", "2", "10"), ("u-free", "0", "0"))
+    paying = account(client, code)
+
+    free = hold(client, paying, "u-free", "k-free")  # a model priced at 0
+    answer = settle(client, free, usage(100, 10))
+    assert (answer["amount"], answer["cost"]) == ("0", "0")
+    settle(client, hold(client, paying, "u-a"), usage(100, 10))  # 0.0003
+    first_charges, cut = statement_charges(client, paying)
+    later_free = hold(client, paying, "u-free")
+    settle(client, later_free, usage(50, 5))
+    all_charges, end = statement_charges(client, paying)
+    assert journaled(client, paying, free) == journaled(client, paying, later_free) == []
+    assert first_charges == all_charges == Decimal("0.0003")
+
+    whole = report(client, paying, to=end)
+    assert whole["groups"] == [
+        {"key": "u-a", "requests": 1, "tokens": tokens(prompt=100, completion=10), "cost": "0.0003"},
+        {"key": "u-free", "requests": 2, "tokens": tokens(prompt=150, completion=15), "cost": "0"},
+    ]
+    assert (whole["totals"]["requests"], Decimal(whole["totals"]["cost"])) == (3, all_charges)
+    check(whole)
+    assert report_csv(client, paying, to=end) == as_csv(whole)
+    # each free request in the period it was settled in, once
+    before = report(client, paying, to=cut)
+    after = report(client, paying, **{"from": cut, "to": end})
+    assert {g["key"]: (g["requests"], g["cost"]) for g in before["groups"]} == {
+        "u-a": (1, "0.0003"),
+        "u-free": (1, "0"),
+    }
+    assert after["groups"] == [
+        {"key": "u-free", "requests": 1, "tokens": tokens(prompt=50, completion=5), "cost": "0"}
+    ]
+    by_key = report(client, paying, group_by="budget_key", to=end)
+    assert {g["key"]: (g["requests"], g["cost"]) for g in by_key["groups"]} == {
+        "k-free": (1, "0"),
+        None: (2, "0.0003"),
+    }
+    by_day = report(client, paying, group_by="day", to=end)
+    assert by_day["totals"] == whole["totals"]
+    check(by_day)
+
+    # an account on a -100% plan: every model is free for it
+    planned = account(client, code)
+    plan_id = new_id("free")
+    r = client.post(
+        "/admin/v1/plans",
+        json={"plan_id": plan_id, "currency": code, "document": {"adjust_percent": "-100"}, "reason": "t"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code == 201, r.text
+    r = client.put(
+        f"/admin/v1/accounts/{planned}/plan", json={"plan_id": plan_id, "reason": "t"}, headers=auth(FINANCE)
+    )
+    assert r.status_code == 200, r.text
+    on_plan = hold(client, planned, "u-a")
+    assert settle(client, on_plan, usage(100, 10))["cost"] == "0"
+    # released, or not yet settled: no request
+    call(client, hold(client, planned, "u-a"), "release")
+    hold(client, planned, "u-a")
+    charges, end = statement_charges(client, planned)
+    assert journaled(client, planned, on_plan) == [] and charges == 0
+    body = report(client, planned, to=end)
+    assert body["groups"] == [
+        {"key": "u-a", "requests": 1, "tokens": tokens(prompt=100, completion=10), "cost": "0"}
+    ]
+    assert body["totals"]["cost"] == "0"
+
+
+def test_no_key_tells_for_the_no_key_group_or_the_total(client: TestClient[Any]) -> None:
+    """A budget key `(none)` or `total` and a model `total` are groups like any other: the holds
+    without a key are the group whose key is null (an empty key cell in the CSV), and the CSV's
+    totals are the row marked `total` in the `row` column."""
+    code = sheet(client, ("total", "2", "10"), ("u-a", "4", "20"))
+    account_id = account(client, code)
+    settle(client, hold(client, account_id, "total", "(none)"), usage(100, 10))  # 0.0003
+    settle(client, hold(client, account_id, "u-a", "total"), usage(100, 10))  # 0.0006
+    settle(client, hold(client, account_id, "u-a"), usage(100, 10))  # 0.0006
+    _, end = statement_charges(client, account_id)
+
+    by_key = report(client, account_id, group_by="budget_key", to=end)
+    assert {g["key"]: (g["requests"], g["cost"]) for g in by_key["groups"]} == {
+        "(none)": (1, "0.0003"),
+        "total": (1, "0.0006"),
+        None: (1, "0.0006"),
+    }
+    rows = report_csv(client, account_id, group_by="budget_key", to=end)
+    assert rows == as_csv(by_key)
+    assert sorted(row[:3] for row in rows[1:]) == [
+        ["group", "", "1"],
+        ["group", "(none)", "1"],
+        ["group", "total", "1"],
+        ["total", "", "3"],
+    ]
+    assert rows[-1][0] == "total"
+
+    by_model = report(client, account_id, to=end)
+    assert {g["key"]: g["cost"] for g in by_model["groups"]} == {"total": "0.0003", "u-a": "0.0012"}
+    rows = report_csv(client, account_id, to=end)
+    assert rows == as_csv(by_model)
+    assert [row[:2] for row in rows[1:]] == [["group", "total"], ["group", "u-a"], ["total", ""]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -158,3 +159,49 @@ def test_a_number_where_an_amount_is_expected_is_refused() -> None:
     }
     with pytest.raises(ValueError, match="decimal string"):
         models.Balance.from_wire(wire)
+
+
+# The Hold's fields as released, in order: code that builds a Hold positionally relies on it.
+RELEASED_HOLD_FIELDS = [
+    "id",
+    "account_id",
+    "idempotency_key",
+    "state",
+    "model",
+    "price_version",
+    "amount",
+    "currency",
+    "reservation",
+    "ttl_seconds",
+    "expires_at",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "usage",
+    "charge",
+    "released",
+    "overage",
+    "overage_flagged",
+    "true_up",
+    "resolved_by",
+    "resolved_reason",
+    "resolved_at",
+    "interrupted_at",
+    "budget_key",
+    "raw",
+]
+
+
+def test_a_hold_built_positionally_as_released_still_builds() -> None:
+    fields = dataclasses.fields(models.Hold)
+    assert [f.name for f in fields][: len(RELEASED_HOLD_FIELDS)] == RELEASED_HOLD_FIELDS
+    added = fields[len(RELEASED_HOLD_FIELDS) :]
+    assert {f.name for f in added} == {"notice", "plan", "cost"}
+    assert all(f.default is None for f in added), "a field added later needs a default"
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    reservation = models.Reservation(1, 1, 1, Decimal(1), Decimal(1), "standard", Decimal("0.000002"))
+    hold = models.Hold(
+        "h-1", "a-1", "k-1", "open", "m", "v1", Decimal("0.000002"), "USD", reservation, 600,
+        at, at, at, {}, None, None, None, None, False, None, None, None, None, None, None, {},
+    )  # fmt: skip
+    assert (hold.budget_key, hold.raw, hold.notice, hold.plan, hold.cost) == (None, {}, None, None, None)

@@ -160,12 +160,15 @@ class Hold:
     resolved_at: datetime | None
     interrupted_at: datetime | None
     budget_key: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+    # Fields added after `raw` have defaults and go at the end, so code that builds a Hold
+    # positionally keeps working.
+    # on a reserve's answer, a GET and a by-key lookup, while the model has a retires_at
+    notice: Notice | None = None
+    plan: PlanRef | None = None  # the pinned price plan revision; None: list rates
     # The request's cost: what the ledger charged for it (true-ups included); 0 once released
     # without a charge; None while open or interrupted.
-    cost: Decimal | None
-    raw: dict[str, Any] = field(repr=False, compare=False)
-    notice: Notice | None = None  # on a reserve's answer and a GET, while the model has a retires_at
-    plan: PlanRef | None = None  # the pinned price plan revision; None: list rates
+    cost: Decimal | None = None
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Hold:
@@ -196,10 +199,10 @@ class Hold:
             resolved_at=_maybe_time(data.get("resolved_at")),
             interrupted_at=_maybe_time(data.get("interrupted_at")),
             budget_key=data.get("budget_key"),
-            cost=_maybe_amount(data.get("cost")),
             raw=data,
             notice=_maybe_notice(data.get("notice")),
             plan=PlanRef.from_wire(data.get("plan")),
+            cost=_maybe_amount(data.get("cost")),
         )
 
 
