@@ -29,7 +29,11 @@ rate above `MAX_RATE` refuses the publication (`PlanRateTooHigh`). Limits and ev
 other catalogue field are the list's, untouched. An override for a model whose list
 price has a long-context table uses the override's `long_context.rates` above the same
 threshold when given, else its standard rates in both tiers; an override's
-`long_context` for a model without one is unused.
+`long_context` for a model without one is unused. In each tier the override's table
+gives only the categories it names: every other category the list's table of that tier
+prices takes the list rate under the plan-wide `adjust_percent` (same rounding). The
+list's two tables give the same categories, and so do the override's, so both
+effective tiers give the union of the list's and the override's categories.
 """
 
 from __future__ import annotations
@@ -217,16 +221,34 @@ def _adjust(rates: Rates, percent: Decimal, param: str) -> Rates:
     return Rates(**{c: adjusted_rate(r, percent, param=f"{param}.{c}") for c, r in rates.items()})
 
 
+def _merge(override: Rates, listed: Rates, percent: Decimal, param: str) -> Rates:
+    """The override's categories as given; every other category `listed` prices at the list
+    rate under `percent` (so an omitted category is never dearer by falling back to another)."""
+    merged = dict(override.items())
+    for category, rate in listed.items():
+        if category not in merged:
+            merged[category] = adjusted_rate(rate, percent, param=f"{param}.{category}")
+    return Rates(**merged)
+
+
 def materialise_model(plan: PlanDocument, price: ModelPrice) -> ModelPrice:
     """The effective price of one list model under `plan` (limits and other fields the list's)."""
     entry = plan.override(price.model)
     param = f"models.{price.model}"
     if entry is not None and entry.rates is not None:
+        rates = _merge(entry.rates, price.rates, plan.adjust_percent, f"{param}.rates")
         long_context = price.long_context
         if long_context is not None:
-            long_rates = entry.long_context_rates or entry.rates
-            long_context = LongContext(above_input_tokens=long_context.above_input_tokens, rates=long_rates)
-        return msgspec.structs.replace(price, rates=entry.rates, long_context=long_context)
+            long_context = LongContext(
+                above_input_tokens=long_context.above_input_tokens,
+                rates=_merge(
+                    entry.long_context_rates or entry.rates,
+                    long_context.rates,
+                    plan.adjust_percent,
+                    f"{param}.long_context.rates",
+                ),
+            )
+        return msgspec.structs.replace(price, rates=rates, long_context=long_context)
     percent = plan.adjust_percent
     if entry is not None and entry.adjust_percent is not None:
         percent = entry.adjust_percent

@@ -116,9 +116,18 @@ def parse_terms(body: SetBudget) -> tuple[Decimal | None, str | None, Decimal | 
     return amount, body.period, threshold
 
 
-def exceeded(detail: dict[str, Any], *, budget_key: str, required: Decimal, currency: str) -> BudgetExceeded:
+def exceeded(
+    detail: dict[str, Any],
+    *,
+    budget_key: str,
+    required: Decimal,
+    currency: str,
+    plan: tuple[str, int] | None = None,
+) -> BudgetExceeded:
     """The 402 of a reserve refused by its key's budget (`detail`: what `ledger_budget_hold`
-    answered: budget, spent and held in the current period, its first and after-last days)."""
+    answered: budget, spent and held in the current period, its first and after-last days;
+    `plan`: the price plan revision the reservation was sized with, as `insufficient_funds`
+    shows it)."""
     budget, spent, held = Decimal(detail["budget"]), Decimal(detail["spent"]), Decimal(detail["held"])
     start, end = detail["period_start"], detail["period_end"]
     return BudgetExceeded(
@@ -135,6 +144,7 @@ def exceeded(detail: dict[str, Any], *, budget_key: str, required: Decimal, curr
             "currency": currency,
             "period_start": day_start(None if start is None else date.fromisoformat(start)),
             "period_end": day_start(None if end is None else date.fromisoformat(end)),
+            "plan": None if plan is None else {"id": plan[0], "revision": plan[1]},
         },
     )
 

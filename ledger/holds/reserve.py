@@ -61,6 +61,7 @@ class Reserve(HoldCore):
         ttl = body.ttl_seconds or self.settings.default_hold_ttl_seconds
         pinned = body.price_version is not None
         at = notices.now()  # retirement and its notice are judged at this instant
+        moved = "version"  # what changed under the last attempt: the price version or the plan
         for attempt in range(4):
             currency = await self._currency_of(body.account_id)
             plan = self._plans.get(body.account_id)  # read with the currency, checked by the batch
@@ -68,14 +69,20 @@ class Reserve(HoldCore):
             try:
                 if pinned and attempt == 0:  # a version in effect, or superseded within the grace
                     await self.prices.check_pin(version, self.settings.price_pin_grace_seconds)
-                price = await self.prices.model_price(
-                    currency=currency, model=body.model, version=version, plan=plan
-                )
+                price = await self.prices.model_price(currency=currency, model=body.model, version=version)
+                # retirement and the limits (n, output) are the list's, a plan's too: judged
+                # before the planned price, so a refused reserve materialises no plan rate
                 check_retirement(price, at)
                 reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
+                if plan is not None:
+                    price = await self.prices.planned_price(
+                        currency=currency, version=version, plan=plan, list_price=price
+                    )
+                    reservation = size(price, body.max_input_tokens, body.max_output_tokens, body.n)
             except LedgerError as error:
                 unpriced = isinstance(error, ModelNotFound | PricingUnavailable | ModelRetired)
                 if unpriced and not pinned and await self._active_version_moved(currency, version):
+                    moved = "version"
                     continue  # the cached active version was stale: size again with the new one
                 replay = await self._replay(body.account_id, body.idempotency_key, digest)
                 if replay is not None:
@@ -111,12 +118,14 @@ class Reserve(HoldCore):
                 return await self.noticed(view(row), at), False
             if outcome == "version":
                 self._versions[currency] = row.op_detail["active_version"]  # size again with it
+                moved = "version"
                 continue
             if outcome == "plan":  # the account's plan revision changed: size again with it
                 detail = row.op_detail
                 self._plans[body.account_id] = (
                     None if detail["plan_id"] is None else (detail["plan_id"], detail["plan_revision"])
                 )
+                moved = "plan"
                 continue
             if outcome == "frozen":
                 raise AccountFrozen(
@@ -134,13 +143,24 @@ class Reserve(HoldCore):
             if outcome == "budget":
                 assert budget_key is not None
                 raise budget_rules.exceeded(
-                    row.op_detail, budget_key=budget_key, required=reservation.amount, currency=currency
+                    row.op_detail,
+                    budget_key=budget_key,
+                    required=reservation.amount,
+                    currency=currency,
+                    plan=plan,
                 )
             if outcome == "no_account":
                 self._currencies.pop(body.account_id, None)
                 raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
             raise RuntimeError(f"ledger_hold_batch answered a reserve with outcome {outcome!r}")
-        raise PricingUnavailable("the active price version kept changing; try again", param="price_version")
+        if moved == "plan":
+            raise PricingUnavailable(
+                f"the price plan revision of account {body.account_id!r} kept changing; try again",
+                param="account_id",
+            )
+        raise PricingUnavailable(
+            f"the active price version of {currency} kept changing; try again", param="price_version"
+        )
 
     def _reserved(self, row: Any, n: int) -> Hold:
         """A hold just written: counted, its terms kept for its settle, its view."""

@@ -34,7 +34,8 @@ class ErrorDetail(msgspec.Struct, frozen=True):
     available: Amount | None = None
     currency: str | None = None
     reservation: dict[str, Any] | None = None
-    plan: dict[str, Any] | None = None  # insufficient_funds: the plan that sized it, {"id", "revision"}
+    # insufficient_funds, budget_exceeded: the plan that sized it, {"id", "revision"} (null: list)
+    plan: dict[str, Any] | None = None
     # budget_exceeded: the key's budget, its period spend and holds, and the period (UTC)
     budget: Amount | None = None
     spent: Amount | None = None
@@ -68,7 +69,7 @@ DESCRIPTIONS = {
     "can lower its output limit; "
     "`budget_exceeded`: the reservation would take its `budget_key`'s period spend plus open holds past "
     "the budget; `error` adds `budget_key`, `budget`, `spent`, `held`, `required`, `currency`, "
-    "`period_start` and `period_end`",
+    "`period_start`, `period_end` and the account's price `plan`",
     403: "`forbidden`: a known token on the wrong surface, or a role too low",
     404: "`account_not_found`, `hold_not_found`, `price_version_not_found`, `model_not_found`, "
     "`reconciliation_run_not_found`, `budget_not_found`, `plan_not_found`: a named resource does not exist",

@@ -7,6 +7,10 @@ plan's current revision of its currency), in the publishing transaction; any oth
 a hold needs (a version pinned within the grace, say) is materialised on first use by the
 same pure rule (`pricing.plans.materialise`), INSERT ... ON CONFLICT DO NOTHING, then
 read back: the stored row is what charges.
+
+Both publications take the currency's plan-rates lock (`repository.lock_rates`) before
+they read what the other publishes, so of two concurrent ones the second sees the
+first's version or revision and materialises (and checks against MAX_RATE) that pair too.
 """
 
 from __future__ import annotations
@@ -52,12 +56,14 @@ async def for_plan_revision(
     conn: AsyncConnection, plan: PlanRef, currency: str, document: PlanDocument
 ) -> None:
     """A revision just published: its rates at the active and every scheduled price version."""
+    await repository.lock_rates(conn, currency)  # before reading the versions in use
     for row in await repository.versions_in_use(conn, currency):
         await write(conn, plan, document, row.version, parse_price_document(row.document, stored=True))
 
 
 async def for_price_version(conn: AsyncConnection, version: str, prices: PriceDocument) -> None:
     """A price version just published: every plan's current revision of its currency at it."""
+    await repository.lock_rates(conn, prices.currency)  # before reading the current revisions
     for row in await repository.current_revisions(conn, prices.currency):
         await write(conn, (row.plan_id, row.revision), parse_plan_document(row.document), version, prices)
 

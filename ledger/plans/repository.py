@@ -20,11 +20,20 @@ _INSERT_REVISION = text(
     "VALUES (:plan_id, :revision, CAST(:document AS jsonb), :content_hash, :actor, :reason)"
 )
 _LOCK_PLAN = text(f"SELECT {_PLAN} FROM plans p WHERE p.id = :id FOR UPDATE")
+# An assignment reads the plan's current revision under this lock (taken before the
+# account's, the order publishing takes them in), so it waits for a publication in flight.
+_SHARE_PLAN = text(f"SELECT {_PLAN} FROM plans p WHERE p.id = :id FOR SHARE")
 _SET_CURRENT = text("UPDATE plans SET revision = :revision WHERE id = :id")
+# The accounts on the plan are locked in id order first (the batch's order), then moved.
+_LOCK_PLAN_ACCOUNTS = text("SELECT id FROM accounts WHERE plan_id = :id ORDER BY id FOR UPDATE")
 _MOVE_ACCOUNTS = text(
     "UPDATE accounts SET plan_revision = :revision WHERE plan_id = :id AND plan_revision <> :revision "
     "RETURNING id"
 )
+# Serialises the publications that materialise plan rates of one currency (a plan
+# revision, a price version), so each sees the other's rows and none skips a pair's
+# MAX_RATE check. The two-int key space of advisory locks is apart from the bigint one.
+_LOCK_RATES = text("SELECT pg_advisory_xact_lock(72431003, hashtext(:currency))")
 _GET_PLAN = text(f"SELECT {_PLAN} FROM plans p WHERE p.id = :id")
 _LIST_PLANS = text(f"SELECT {_PLAN} FROM plans p WHERE p.id > :after ORDER BY p.id LIMIT :limit")
 _GET_REVISION = text(
@@ -93,11 +102,22 @@ async def lock_plan(conn: AsyncConnection, plan_id: str) -> Any | None:
     return (await conn.execute(_LOCK_PLAN, {"id": plan_id})).first()
 
 
+async def share_plan(conn: AsyncConnection, plan_id: str) -> Any | None:
+    return (await conn.execute(_SHARE_PLAN, {"id": plan_id})).first()
+
+
+async def lock_rates(conn: AsyncConnection, currency: str) -> None:
+    """The currency's plan-rates publishing lock (transaction-level)."""
+    await conn.execute(_LOCK_RATES, {"currency": currency})
+
+
 async def set_current(conn: AsyncConnection, plan_id: str, revision: int) -> list[str]:
-    """Make `revision` the plan's current one and move every account on the plan to it."""
+    """Make `revision` the plan's current one and move every account on the plan to it
+    (locked in id order first, as the batch locks accounts)."""
     await conn.execute(_SET_CURRENT, {"id": plan_id, "revision": revision})
+    await conn.execute(_LOCK_PLAN_ACCOUNTS, {"id": plan_id})
     rows = await conn.execute(_MOVE_ACCOUNTS, {"id": plan_id, "revision": revision})
-    return [r.id for r in rows]
+    return sorted(r.id for r in rows)
 
 
 async def get_plan(conn: AsyncConnection, plan_id: str) -> Any | None:

@@ -29,9 +29,9 @@ from ledger.plans import repository
 from ledger.plans.schemas import AccountPlan, AssignPlan, CreatePlan, Plan, PlanRevision, PublishRevision
 from ledger.prices import repository as prices
 from ledger.schemas import iso
-from pricing.document import parse_price_document
+from pricing.document import PriceDocument, model_price_to_builtins, parse_price_document
 from pricing.errors import PriceDocumentInvalid
-from pricing.plans import PlanDocument, parse_plan_document, plan_hash, plan_to_builtins
+from pricing.plans import PlanDocument, materialise_model, parse_plan_document, plan_hash, plan_to_builtins
 
 
 def _document(raw: dict[str, Any]) -> PlanDocument:
@@ -147,9 +147,10 @@ class PlanService:
         self, plan_id: str, revision: int, *, price_version: str | None = None
     ) -> PlanRevision:
         """A revision, its document and hash, and its effective rates at `price_version` (the
-        active one of its currency by default; materialised now when not stored yet)."""
-
-        async def work(conn: AsyncConnection) -> PlanRevision:
+        active one of its currency by default): every model of that version, each the stored
+        `plan_rates` row when there is one (`"stored": true`), else computed now by the same
+        pure rule (`"stored": false`). A read: it never writes."""
+        async with read_only(self.engine) as conn:
             plan = await repository.get_plan(conn, plan_id)
             row = await repository.get_revision(conn, plan_id, revision)
             if plan is None or row is None:
@@ -158,42 +159,44 @@ class PlanService:
             version = price_version or await prices.active_version(conn, currency, _now())
             rates: list[dict[str, Any]] | None = None
             if version is not None:
-                stored = await repository.rates(conn, plan_id, revision, version)
-                if not stored:
-                    version_row = await prices.get(conn, version)
-                    if version_row is None:
-                        raise PriceVersionNotFound(
-                            f"price version {version!r} does not exist", param="price_version"
-                        )
-                    if version_row.currency.strip() != currency:
-                        raise ValidationFailed(
-                            f"price version {version} prices in {version_row.currency}, not {currency}",
-                            param="price_version",
-                        )
-                    document = parse_price_document(version_row.document, stored=True)
-                    await plan_rates.write(
-                        conn, (plan_id, revision), parse_plan_document(row.document), version, document
+                version_row = await prices.get(conn, version)
+                if version_row is None:
+                    raise PriceVersionNotFound(
+                        f"price version {version!r} does not exist", param="price_version"
                     )
-                    stored = await repository.rates(conn, plan_id, revision, version)
-                rates = [r.price for r in stored]
-            return PlanRevision(
-                plan_id=plan_id,
-                revision=revision,
-                content_hash=row.content_hash,
-                document=row.document,
-                created_at=iso(row.created_at),
-                created_by=row.created_by,
-                reason=row.reason,
-                price_version=version,
-                rates=rates,
-            )
-
-        return await transaction(self.engine, work)
+                if version_row.currency.strip() != currency:
+                    raise ValidationFailed(
+                        f"price version {version} prices in {version_row.currency}, not {currency}",
+                        param="price_version",
+                    )
+                stored = {r.model: r.price for r in await repository.rates(conn, plan_id, revision, version)}
+                rates = _view_rates(
+                    plan_id,
+                    version,
+                    parse_plan_document(row.document),
+                    parse_price_document(version_row.document, stored=True),
+                    stored,
+                )
+        return PlanRevision(
+            plan_id=plan_id,
+            revision=revision,
+            content_hash=row.content_hash,
+            document=row.document,
+            created_at=iso(row.created_at),
+            created_by=row.created_by,
+            reason=row.reason,
+            price_version=version,
+            rates=rates,
+        )
 
     async def assign(self, account_id: str, body: AssignPlan, actor: Actor) -> AccountPlan:
         check_reason(body.reason)
 
         async def work(conn: AsyncConnection) -> AccountPlan:
+            # The plan first (FOR SHARE), then the account: publishing's order (plan FOR
+            # UPDATE, then its accounts), so an assignment waits for a publication in
+            # flight and takes the revision it made current; never a deadlock between them.
+            plan = None if body.plan_id is None else await repository.share_plan(conn, body.plan_id)
             account = await repository.lock_account(conn, account_id)
             if account is None:
                 raise AccountNotFound(f"account {account_id!r} does not exist", param="account_id")
@@ -204,7 +207,6 @@ class PlanService:
             )
             after: dict[str, Any] | None = None
             if body.plan_id is not None:
-                plan = await repository.get_plan(conn, body.plan_id)
                 if plan is None:
                     raise PlanNotFound(f"plan {body.plan_id!r} does not exist", param="plan_id")
                 if plan.currency != account.currency:
@@ -236,6 +238,23 @@ class PlanService:
             return await transaction(self.engine, work)
         except IntegrityError as error:  # pragma: no cover - the plan row is read in the same transaction
             raise ValidationFailed(str(error.orig), param="plan_id") from None
+
+
+def _view_rates(
+    plan_id: str, version: str, plan: PlanDocument, listed: PriceDocument, stored: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every model of `listed`, by name: its stored effective price, else the rule's, computed now."""
+    rates: list[dict[str, Any]] = []
+    for list_price in sorted(listed.models, key=lambda p: p.model):
+        if list_price.model in stored:
+            rates.append({**stored[list_price.model], "stored": True})
+            continue
+        try:
+            price = materialise_model(plan, list_price)
+        except PriceDocumentInvalid as error:
+            raise plan_rates.refused(error, plan_id, version) from None
+        rates.append({**model_price_to_builtins(price), "stored": False})
+    return rates
 
 
 def _now() -> datetime:

@@ -163,14 +163,23 @@ class PriceCatalog:
                 raise await self.unpriced(conn, currency=currency, model=model, version=version)
         if plan is None:
             return price
-        key = (version, plan[0], plan[1], model)
+        return await self.planned_price(currency=currency, version=version, plan=plan, list_price=price)
+
+    async def planned_price(
+        self, *, currency: str, version: str, plan: tuple[str, int], list_price: ModelPrice
+    ) -> ModelPrice:
+        """The stored effective price of `list_price` (its model in `version`) under `plan`,
+        from the cache when possible; else read, or materialised now (first use: a write).
+        A caller that may still refuse (retirement, limits: the list's) judges those on
+        `list_price` first, so a refused request materialises nothing."""
+        key = (version, plan[0], plan[1], list_price.model)
         planned = self._planned.get(key)
         if planned is not None:
             self._planned.move_to_end(key)
             return planned
 
         async def work(conn: AsyncConnection) -> ModelPrice:
-            return await plan_rates.effective(conn, plan, version, price, currency)
+            return await plan_rates.effective(conn, plan, version, list_price, currency)
 
         planned = await transaction(self.engine, work)  # a stored row, or materialised now (first use)
         self._planned[key] = planned

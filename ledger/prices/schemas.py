@@ -35,7 +35,8 @@ class PriceVersion(msgspec.Struct, frozen=True, omit_defaults=True):
 class QuoteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     model: ModelName
     price_version: VersionId | None = None
-    currency: Currency = "USD"
+    # default USD; with account_id, the account's (another currency given is 422)
+    currency: Currency | None = None
     usage: dict[str, Any] | None = None
     max_output_tokens: TokenCount | None = None
     max_input_tokens: TokenCount | None = None

@@ -73,7 +73,7 @@ class PriceService(PriceCatalog):
             raise ValidationFailed("give either usage or the reservation fields, not both", param="usage")
         if body.price_version is not None and pin_grace_seconds is not None:
             await self.check_pin(body.price_version, pin_grace_seconds)
-        currency, plan = body.currency, None
+        currency, plan = body.currency or "USD", None
         shown: PlanRef | msgspec.UnsetType | None = msgspec.UNSET
         async with read_only(self.engine) as conn:
             if body.account_id is not None:  # the account's currency and current plan revision
@@ -81,14 +81,26 @@ class PriceService(PriceCatalog):
                 if found is None:
                     raise AccountNotFound(f"account {body.account_id!r} does not exist", param="account_id")
                 currency, plan = found
+                if body.currency is not None and body.currency != currency:
+                    raise ValidationFailed(
+                        f"account {body.account_id} is in {currency}, not {body.currency}: omit currency "
+                        "to quote in the account's",
+                        param="currency",
+                    )
                 shown = None if plan is None else PlanRef(id=plan[0], revision=plan[1])
             version, price = await self.resolve(
                 conn, currency=currency, model=body.model, pinned=body.price_version
             )
-        if plan is not None:
-            price = await self.model_price(currency=currency, model=body.model, version=version, plan=plan)
         at = notices.now()
+        # retirement and the limits are the list's (a plan keeps them): judged on the list
+        # price first, so a refused quote materialises no plan rate
         check_retirement(price, at)  # 410 once the model is retired, either kind of quote
+        if plan is not None:
+            if body.usage is None:
+                size(price, body.max_input_tokens, body.max_output_tokens, body.n)
+            else:
+                charge(price, body.usage, body.n or 1)
+            price = await self.planned_price(currency=currency, version=version, plan=plan, list_price=price)
         notice = notices.notice_for(price, at)
         if body.usage is not None:
             cost = charge(price, body.usage, body.n or 1)  # a settle would refuse it too

@@ -5,13 +5,18 @@
   effective price of a model under a plan revision at a price version: what charges).
   `plan_revisions` and `plan_rates` are append-only: UPDATE, DELETE and TRUNCATE raise
   (`ledger_refuse_change`, as for price versions and the journal), and the service role
-  is granted only SELECT and INSERT on them;
+  is granted only SELECT and INSERT on them; a `plans` row is never deleted (DELETE and
+  TRUNCATE raise) and its UPDATE may only move the current revision to the next one
+  (`ledger_plan_guard`: id, currency, created_at and created_by never change);
 - `accounts.plan_id` / `plan_revision`: the account's current plan revision (NULL: list
   rates); `holds.plan_id` / `plan_revision`: pinned at reserve, never changed (a trigger
   refuses any change of them);
 - `ledger_hold_batch`: a reserve carries the plan revision it was sized with; under the
   account lock a different current revision answers 'plan' (detail: the current one), as
   'version' does for a stale active price version, and the hold is written with it.
+- `holds_plan_whole` is added NOT VALID, then validated (a scan that takes no lock
+  stronger than SHARE UPDATE EXCLUSIVE of its own);
+- the downgrade refuses while any plan exists (it would re-price planned holds at list).
 
 Revision ID: 0024
 Revises: 0023
@@ -30,6 +35,7 @@ depends_on = None
 FUNCTIONS = {
     "ledger_account_guard": "793442c103c01bc7d89f1e90901e94f82c3a891594e253b4ff1e6c3d630ff13e",
     "ledger_hold_batch": "657594c8aac6f88d7781b612ea5d9fd1f41c761410f274cd508ab15bfeb139b0",
+    "ledger_plan_guard": "d59a35a6ac3d6ad5bfec994b0d5a0882168a1876edf62f5a242cd6a39a6238d0",
 }
 
 UPGRADE = r"""
@@ -84,11 +90,40 @@ CREATE INDEX accounts_plan ON accounts (plan_id) WHERE plan_id IS NOT NULL;
 ALTER TABLE holds
   ADD COLUMN plan_id text,
   ADD COLUMN plan_revision integer,
-  ADD CONSTRAINT holds_plan_whole CHECK ((plan_id IS NULL) = (plan_revision IS NULL));
+  ADD CONSTRAINT holds_plan_whole CHECK ((plan_id IS NULL) = (plan_revision IS NULL)) NOT VALID;
+ALTER TABLE holds VALIDATE CONSTRAINT holds_plan_whole;
 CREATE TRIGGER holds_plan_pinned BEFORE UPDATE OF plan_id, plan_revision ON holds
   FOR EACH ROW WHEN (OLD.plan_id IS DISTINCT FROM NEW.plan_id
                      OR OLD.plan_revision IS DISTINCT FROM NEW.plan_revision)
   EXECUTE FUNCTION ledger_refuse_change();
+"""
+
+# After the functions: the plans' guard (`ledger_plan_guard`) refuses a change of a plan's
+# id, currency or creation and any move of its current revision but to the next one;
+# DELETE and TRUNCATE of plans are refused (accounts and holds name them).
+GUARDS = r"""
+CREATE TRIGGER plans_guard BEFORE UPDATE ON plans
+  FOR EACH ROW EXECUTE FUNCTION ledger_plan_guard();
+CREATE TRIGGER plans_no_delete BEFORE DELETE ON plans
+  FOR EACH ROW EXECUTE FUNCTION ledger_refuse_change();
+CREATE TRIGGER plans_no_truncate BEFORE TRUNCATE ON plans
+  FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_change();
+"""
+
+# Dropping the plan columns would make every planned hold settle at list rates: refused
+# while any plan exists (an empty database goes down and up freely).
+REFUSE_WITH_PLANS = r"""
+DO $refuse$
+BEGIN
+  IF EXISTS (SELECT 1 FROM plans) THEN
+    RAISE EXCEPTION 'ledger: cannot downgrade 0024 (price plans) while a price plan exists'
+      USING ERRCODE = 'object_in_use',
+            HINT = 'dropping the plan columns would re-price every planned hold at list rates';
+  END IF;
+END $refuse$;
+DROP TRIGGER plans_guard ON plans;
+DROP TRIGGER plans_no_delete ON plans;
+DROP TRIGGER plans_no_truncate ON plans;
 """
 
 DOWNGRADE = r"""
@@ -105,9 +140,11 @@ DROP TABLE plans;
 def upgrade() -> None:
     op.execute(UPGRADE)
     install_all(op, FUNCTIONS, revision=revision)
+    op.execute(GUARDS)
 
 
 def downgrade() -> None:
+    op.execute(REFUSE_WITH_PLANS)
     uninstall(
         op,
         revision=revision,

@@ -337,3 +337,34 @@ def test_request_id_route_metrics_and_the_idempotency_header(
     assert r.status_code == 201
     assert count("201") - before == 2
     assert len(r.headers["x-request-id"]) == 32  # a fresh id when none is sent
+
+
+def test_a_planned_budget_refusal_is_the_same(
+    client: TestClient[Any], framework: TestClient[Any], world: dict[str, Any]
+) -> None:
+    """402 `budget_exceeded` names the plan that sized the reservation, in both lanes."""
+    account, plan_id = world["account"], new_id("plan")
+    r = client.post(
+        "/admin/v1/plans",
+        json={
+            "plan_id": plan_id,
+            "currency": world["currency"],
+            "document": {"adjust_percent": "-10"},
+            "reason": "test",
+        },
+        headers=auth(ADMIN),
+    )
+    assert r.status_code == 201, r.text
+    r = client.put(
+        f"/admin/v1/accounts/{account}/plan", json={"plan_id": plan_id, "reason": "test"}, headers=auth(ADMIN)
+    )
+    assert r.status_code == 200, r.text
+    r = client.put(
+        f"/admin/v1/accounts/{account}/budgets/proj",
+        json={"amount": "0.001", "period": "daily", "reason": "test"},
+        headers=auth(ADMIN),
+    )
+    assert r.status_code in (200, 201), r.text
+    answer, _ = same(client, framework, post_reserve(account, budget_key="proj"))
+    assert answer.status_code == 402
+    assert answer.json()["error"]["plan"] == {"id": plan_id, "revision": 1}

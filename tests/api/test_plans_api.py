@@ -90,6 +90,7 @@ def test_create_publish_assign_and_audit(
             "max_input_tokens": 1000,
             "max_output_tokens": 500,
             "rates": {"input": "1.8", "output": "9"},
+            "stored": True,  # materialised at publication
         }
     ]
     second = revise(client, plan_id, {"models": {"t-simple": {"rates": {"input": "1", "output": "5"}}}})
@@ -405,3 +406,257 @@ def test_a_pinned_version_without_stored_rates_is_materialised_on_first_use(
         (plan_id, old),
     ).fetchone()
     assert stored == ('{"input": "1.6", "output": "8"}',)
+
+
+# --- review fixes -------------------------------------------------------------------------
+
+
+def two_model_document(currency: str, *, input_rate: str = "2") -> dict[str, Any]:
+    """`t-simple` (A = 1000, O = 500, max_n 2) and `t-retired` (retired in 2020)."""
+    doc = simple_document(currency, input_rate=input_rate)
+    doc["models"][0]["max_n"] = 2
+    doc["models"].append(
+        {
+            "model": "t-retired",
+            "max_input_tokens": 1000,
+            "max_output_tokens": 500,
+            "retires_at": "2020-01-01T00:00:00Z",
+            "rates": {"input": "1", "output": "5"},
+        }
+    )
+    return doc
+
+
+def rate_rows(sql: psycopg.Connection[Any], plan_id: str, revision: int, version: str) -> list[str]:
+    rows = sql.execute(
+        "SELECT model FROM plan_rates WHERE plan_id = %s AND revision = %s AND price_version = %s "
+        "ORDER BY model",
+        (plan_id, revision, version),
+    ).fetchall()
+    sql.rollback()
+    return [m for (m,) in rows]
+
+
+@pytest.fixture
+def stale_pair(client: TestClient[Any], make_account: Any) -> dict[str, Any]:
+    """A planned account whose current revision (2) has no stored rate at `old`, a version
+    superseded within the pin grace: the pair a first use would materialise."""
+    currency = fresh_currency()
+    old = publish(client, two_model_document(currency))
+    plan_id = create_plan(client, currency, {"adjust_percent": "-10"})
+    publish(client, two_model_document(currency, input_rate="3"))  # supersedes `old`
+    revise(client, plan_id, {"adjust_percent": "-20"})  # stored at the new version only
+    account_id = make_account("1", currency=currency)
+    assert assign(client, account_id, plan_id).status_code == 200
+    return {"currency": currency, "old": old, "plan": plan_id, "account": account_id}
+
+
+def test_an_assignment_waits_for_a_publication_in_flight_and_takes_its_revision(
+    client: TestClient[Any], planned: dict[str, Any], make_account: Any, sql: psycopg.Connection[Any]
+) -> None:
+    """A revision being published (the plan row locked, revision 2 current, uncommitted): an
+    assignment of another account to the plan waits, then ends on revision 2, not 1."""
+    plan_id = planned["plan"]
+    account_id = make_account("1", currency=planned["currency"])
+    sql.execute("SELECT revision FROM plans WHERE id = %s FOR UPDATE", (plan_id,))
+    sql.execute(
+        "INSERT INTO plan_revisions (plan_id, revision, document, content_hash, created_by, reason) "
+        "VALUES (%s, 2, %s, %s, 'test', 'race')",
+        (plan_id, '{"adjust_percent": "-20", "models": {}}', "0" * 64),
+    )
+    sql.execute("UPDATE plans SET revision = 2 WHERE id = %s", (plan_id,))
+    sql.execute("SELECT id FROM accounts WHERE plan_id = %s ORDER BY id FOR UPDATE", (plan_id,))
+    sql.execute("UPDATE accounts SET plan_revision = 2 WHERE plan_id = %s", (plan_id,))
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(assign(client, account_id, plan_id)))
+    worker.start()
+    worker.join(0.7)
+    waited = worker.is_alive()
+    sql.commit()
+    worker.join(10)
+    assert waited, "the assignment did not wait for the publication"
+    assert results[0].status_code == 200, results[0].text
+    assert results[0].json()["plan"] == {"id": plan_id, "revision": 2}
+    assert sql.execute("SELECT plan_revision FROM accounts WHERE id = %s", (account_id,)).fetchone() == (2,)
+
+
+def test_publishing_locks_the_plan_s_accounts_in_id_order(
+    client: TestClient[Any], planned: dict[str, Any], make_account: Any, database: str
+) -> None:
+    """The batch locks accounts by id; so does a publication: with the lowest account of the
+    plan locked elsewhere, the publication waits on it holding no other account's lock (in
+    scan order it would lock the later-written, higher-id one first: a deadlock with a batch)."""
+    plan_id, currency = planned["plan"], planned["currency"]
+    accounts = sorted([planned["account"], *(make_account("1", currency=currency) for _ in range(2))])
+    for account_id in accounts[1:]:
+        assert assign(client, account_id, plan_id).status_code == 200
+    # the lowest id's row version is written last (the end of any scan)
+    assert assign(client, accounts[0], None).status_code == 200
+    assert assign(client, accounts[0], plan_id).status_code == 200
+    with psycopg.connect(database) as holder, psycopg.connect(database) as probe:
+        holder.execute("SELECT id FROM accounts WHERE id = %s FOR UPDATE", (accounts[0],))
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(revise(client, plan_id, {"adjust_percent": "-30"}))
+        )
+        worker.start()
+        worker.join(0.7)
+        assert worker.is_alive()
+        try:
+            for account_id in accounts[1:]:
+                probe.execute("SELECT id FROM accounts WHERE id = %s FOR UPDATE NOWAIT", (account_id,))
+        finally:
+            probe.rollback()
+            holder.rollback()
+            worker.join(10)
+    assert results[0]["revision"] == 2
+    for account_id in accounts:
+        assert client.get(f"/admin/v1/accounts/{account_id}", headers=auth(VIEWER)).json()["plan"] == {
+            "id": plan_id,
+            "revision": 2,
+        }
+
+
+def test_plan_and_price_publications_of_a_currency_serialise(
+    client: TestClient[Any], planned: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    """Both publications take the currency's plan-rates lock, so run together each sees the
+    other's: the new revision has stored (and checked) rates at the new version."""
+    plan_id, currency = planned["plan"], planned["currency"]
+    sql.execute("SELECT pg_advisory_xact_lock(72431003, hashtext(%s))", (currency,))
+    results: dict[str, Any] = {}
+    workers = [
+        threading.Thread(
+            target=lambda: results.__setitem__(
+                "version", publish(client, simple_document(currency, input_rate="4"))
+            )
+        ),
+        threading.Thread(
+            target=lambda: results.__setitem__("revision", revise(client, plan_id, {"adjust_percent": "-50"}))
+        ),
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(0.7)
+    waited = all(w.is_alive() for w in workers)
+    sql.rollback()
+    for w in workers:
+        w.join(10)
+    assert waited, "a publication did not take the currency's plan-rates lock"
+    assert results["revision"]["revision"] == 2
+    assert rate_rows(sql, plan_id, 2, results["version"]) == ["t-simple"]
+    assert rate_rows(sql, plan_id, 1, results["version"]) in (["t-simple"], [])
+
+
+def test_a_viewer_s_read_writes_nothing_and_shows_every_model(
+    client: TestClient[Any], stale_pair: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    plan_id, old = stale_pair["plan"], stale_pair["old"]
+    url = f"/admin/v1/plans/{plan_id}/revisions/2?price_version={old}"
+    r = client.get(url, headers=auth(VIEWER))
+    assert r.status_code == 200, r.text
+    assert [(m["model"], m["stored"]) for m in r.json()["rates"]] == [
+        ("t-retired", False),
+        ("t-simple", False),
+    ]
+    assert r.json()["rates"][1]["rates"] == {"input": "1.6", "output": "8"}
+    assert rate_rows(sql, plan_id, 2, old) == []  # the read wrote nothing
+    # a first use stores one model: the read shows it stored, and the other computed
+    assert reserve(client, stale_pair["account"], price_version=old).status_code == 201
+    assert rate_rows(sql, plan_id, 2, old) == ["t-simple"]
+    rates = client.get(url, headers=auth(VIEWER)).json()["rates"]
+    assert [(m["model"], m["stored"]) for m in rates] == [("t-retired", False), ("t-simple", True)]
+    assert rates[0]["rates"] == {"input": "0.8", "output": "4"}
+    assert rates[1]["rates"] == {"input": "1.6", "output": "8"}
+    assert rate_rows(sql, plan_id, 2, old) == ["t-simple"]
+    # at the current version everything is stored at publication
+    current = client.get(f"/admin/v1/plans/{plan_id}/revisions/2", headers=auth(VIEWER)).json()["rates"]
+    assert all(m["stored"] for m in current) and len(current) == 2
+
+
+def test_a_refused_reserve_or_quote_materialises_no_rate(
+    client: TestClient[Any], stale_pair: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    plan_id, old, account_id = stale_pair["plan"], stale_pair["old"], stale_pair["account"]
+    r = reserve(client, account_id, "t-retired", price_version=old)
+    assert (r.status_code, r.json()["error"]["code"]) == (410, "model_retired")
+    assert reserve(client, account_id, price_version=old, max_output_tokens=501).status_code == 422
+    assert reserve(client, account_id, price_version=old, n=3).status_code == 422
+    for path, token in (("/v1/quotes", GATEWAY), ("/admin/v1/quotes", VIEWER)):
+        base = {"account_id": account_id, "price_version": old}
+        r = client.post(path, json={**base, "model": "t-retired"}, headers=auth(token))
+        assert r.status_code == 410, r.text
+        r = client.post(
+            path, json={**base, "model": "t-simple", "max_output_tokens": 501}, headers=auth(token)
+        )
+        assert r.status_code == 422, r.text
+        r = client.post(
+            path,
+            json={**base, "model": "t-simple", "usage": {"prompt_tokens": 1001, "completion_tokens": 1}},
+            headers=auth(token),
+        )
+        assert r.status_code == 422, r.text
+    assert rate_rows(sql, plan_id, 2, old) == []
+    # the same reserve within the limits stores the model's rate (first use)
+    assert reserve(client, account_id, price_version=old, n=2).status_code == 201
+    assert rate_rows(sql, plan_id, 2, old) == ["t-simple"]
+
+
+def test_a_quote_s_currency_must_be_the_account_s(client: TestClient[Any], planned: dict[str, Any]) -> None:
+    body = {"model": "t-simple", "max_output_tokens": 100, "account_id": planned["account"]}
+    r = client.post("/v1/quotes", json={**body, "currency": "USD"}, headers=auth(GATEWAY))
+    assert (r.status_code, r.json()["error"]["param"]) == (422, "currency"), r.text
+    assert planned["currency"] in r.json()["error"]["message"]
+    for extra in ({}, {"currency": planned["currency"]}):
+        r = client.post("/v1/quotes", json={**body, **extra}, headers=auth(GATEWAY))
+        assert r.status_code == 200, r.text
+        assert r.json()["plan"] == {"id": planned["plan"], "revision": 1}
+    # without an account: the currency given (USD by default), list rates, no `plan`
+    r = client.post(
+        "/v1/quotes",
+        json={"model": "t-simple", "max_output_tokens": 100, "currency": planned["currency"]},
+        headers=auth(GATEWAY),
+    )
+    assert r.status_code == 200 and "plan" not in r.json(), r.text
+
+
+def test_budget_exceeded_shows_the_plan(client: TestClient[Any], planned: dict[str, Any]) -> None:
+    account_id = planned["account"]
+    r = client.put(
+        f"/admin/v1/accounts/{account_id}/budgets/proj",
+        json={"amount": "0.001", "period": "daily", "reason": "test"},
+        headers=auth(FINANCE),
+    )
+    assert r.status_code in (200, 201), r.text
+    r = reserve(client, account_id, budget_key="proj")
+    assert (r.status_code, r.json()["error"]["code"]) == (402, "budget_exceeded"), r.text
+    assert r.json()["error"]["plan"] == {"id": planned["plan"], "revision": 1}
+
+
+def test_plans_refuse_direct_changes_but_the_next_revision(
+    planned: dict[str, Any], sql: psycopg.Connection[Any]
+) -> None:
+    plan_id = planned["plan"]
+    for statement in (
+        "UPDATE plans SET id = id || 'x' WHERE id = %s",
+        "UPDATE plans SET currency = 'ZZZ' WHERE id = %s",
+        "UPDATE plans SET created_at = created_at - interval '1 day' WHERE id = %s",
+        "UPDATE plans SET created_by = 'someone' WHERE id = %s",
+        "UPDATE plans SET revision = revision + 2 WHERE id = %s",
+        "DELETE FROM plans WHERE id = %s",
+    ):
+        with pytest.raises(psycopg.errors.RestrictViolation):
+            sql.execute(statement, (plan_id,))
+        sql.rollback()
+    # moving back: refused by the guard (the revision exists, so not the foreign key)
+    sql.execute(
+        "INSERT INTO plan_revisions (plan_id, revision, document, content_hash, created_by, reason) "
+        "VALUES (%s, 2, '{}', %s, 'test', 'guard')",
+        (plan_id, "0" * 64),
+    )
+    sql.execute("UPDATE plans SET revision = 2 WHERE id = %s", (plan_id,))  # the next one: allowed
+    with pytest.raises(psycopg.errors.RestrictViolation):
+        sql.execute("UPDATE plans SET revision = 1 WHERE id = %s", (plan_id,))
+    sql.rollback()
+    assert sql.execute("SELECT revision FROM plans WHERE id = %s", (plan_id,)).fetchone() == (1,)

@@ -88,6 +88,8 @@ SEMANTIC_422: dict[tuple[str, str], str] = {
     "rates of the price versions it is materialised at",
     ("validation_error", r"prices in [A-Z]{3}"): "an account's plan, or the price version a plan "
     "revision is shown at, is of the account's / plan's currency: data, not a pattern",
+    ("validation_error", r"^account .* is in [A-Z]{3}, not [A-Z]{3}: omit currency"): "a quote for an "
+    "account is in the account's currency (a currency given must be it): data, not a pattern",
 }
 
 

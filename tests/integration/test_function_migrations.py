@@ -317,3 +317,42 @@ def test_0024_downgrades_to_0023_s_functions_and_upgrades_again(scratch: str) ->
     assert columns == (0,)
     migrate(url)
     assert bodies() == head
+
+
+def test_0024_s_downgrade_is_refused_while_a_plan_exists(scratch: str) -> None:
+    """Dropping the plan columns would re-price planned holds at list rates: refused, nothing
+    changed; once no plan is left (only on a database where that is possible) it goes down."""
+    url = normalize_database_url(scratch)
+    migrate(url)
+    with psycopg.connect(scratch) as conn:
+        conn.execute("INSERT INTO plans (id, currency, revision, created_by) VALUES ('p1', 'USD', 1, 't')")
+        conn.execute(
+            "INSERT INTO plan_revisions (plan_id, revision, document, content_hash, created_by, reason) "
+            "VALUES ('p1', 1, '{}', %s, 't', 'r')",
+            ("0" * 64,),
+        )
+    with pytest.raises(Exception, match="while a price plan exists"):
+        command.downgrade(alembic_config(url), "0023")
+    with psycopg.connect(scratch) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0024",)
+        assert conn.execute("SELECT count(*) FROM plans").fetchone() == (1,)
+        triggers = conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = CAST('plans' AS regclass) AND NOT tgisinternal "
+            "ORDER BY tgname"
+        ).fetchall()
+    assert [t for (t,) in triggers] == ["plans_guard", "plans_no_delete", "plans_no_truncate"]
+
+
+def test_0024_adds_holds_plan_whole_not_valid_then_validates_it(scratch: str) -> None:
+    """No CHECK scan of every hold at ADD CONSTRAINT (NOT VALID); VALIDATE, and it holds at head."""
+    upgrade = (SQL.parent / "versions" / "0024_price_plans.py").read_text().split('UPGRADE = r"""', 1)[1]
+    upgrade = upgrade.split('"""', 1)[0]
+    added = re.search(r"ADD CONSTRAINT holds_plan_whole CHECK \(.*?\)\)( NOT VALID)?;", upgrade, re.S)
+    assert added is not None and added.group(1) == " NOT VALID"
+    assert "ALTER TABLE holds VALIDATE CONSTRAINT holds_plan_whole;" in upgrade
+    migrate(normalize_database_url(scratch))
+    with psycopg.connect(scratch) as conn:
+        row = conn.execute(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'holds_plan_whole'"
+        ).fetchone()
+    assert row == (True,)

@@ -361,6 +361,146 @@ def test_both_tiers_are_materialised_by_the_rule(
     assert [Fraction(g) for g in got] == [Fraction(e, 10**6) for e in expected]
 
 
+def test_an_override_omitting_a_category_takes_the_list_rate_under_the_plan_percent() -> None:
+    doc = parse_price_document(
+        {
+            "currency": "USD",
+            "models": [
+                {
+                    "model": "m",
+                    "max_input_tokens": 1000,
+                    "max_output_tokens": 10,
+                    "rates": {"input": "3", "cached_input": "0.3", "output": "15"},
+                    "long_context": {
+                        "above_input_tokens": 100,
+                        "rates": {"input": "6", "cached_input": "0.6", "output": "22.5"},
+                    },
+                }
+            ],
+        }
+    )
+    (price,) = materialise(
+        parse_plan_document({"models": {"m": {"rates": {"input": "1", "output": "2"}}}}), doc
+    )
+    assert price.rates.items() == (
+        ("input", Decimal(1)),
+        ("cached_input", Decimal("0.3")),  # the list's, not the override's input (1)
+        ("output", Decimal(2)),
+    )
+    assert price.long_context is not None
+    assert price.long_context.rates.items() == (
+        ("input", Decimal(1)),
+        ("cached_input", Decimal("0.6")),
+        ("output", Decimal(2)),
+    )
+    plan = parse_plan_document(
+        {
+            "adjust_percent": "-10",
+            "models": {
+                "m": {
+                    "rates": {"input": "1", "output": "2"},
+                    "long_context": {"rates": {"input": "4", "output": "5"}},
+                }
+            },
+        }
+    )
+    (price,) = materialise(plan, doc)
+    assert price.rates.items() == (
+        ("input", Decimal(1)),
+        ("cached_input", Decimal("0.27")),
+        ("output", Decimal(2)),
+    )
+    assert price.long_context is not None
+    assert price.long_context.rates.items() == (
+        ("input", Decimal(4)),
+        ("cached_input", Decimal("0.54")),
+        ("output", Decimal(5)),
+    )
+    # an override category the list does not price is kept (both tiers give it)
+    (price,) = materialise(
+        parse_plan_document({"models": {"m": {"rates": {"input": "1", "output": "2", "cache_write": "4"}}}}),
+        doc,
+    )
+    assert set(price.rates.categories()) == {"input", "cached_input", "output", "cache_write"}
+    assert price.long_context is not None
+    assert price.long_context.rates.categories() == price.rates.categories()
+
+
+CATEGORIES_ORACLE = ("input", "cached_input", "output")
+
+
+@FAST
+@given(
+    std=st.tuples(MICROS, MICROS, MICROS),
+    long=st.tuples(MICROS, MICROS, MICROS),
+    percent=PERCENT_UNITS,
+    given_std=st.dictionaries(st.sampled_from(CATEGORIES_ORACLE), st.integers(0, 10**12)),
+    given_long=st.none() | st.tuples(st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 10**12)),
+)
+def test_an_override_merges_with_the_list_by_the_rule(
+    std: tuple[int, int, int],
+    long: tuple[int, int, int],
+    percent: int,
+    given_std: dict[str, int],
+    given_long: tuple[int, int, int] | None,
+) -> None:
+    """Oracle: per tier, a category the override gives is the override's rate; any other
+    the list prices is the list rate x (100 + plan percent) / 100, half up, in integers."""
+    given_std = {**given_std, "input": given_std.get("input", 7), "output": given_std.get("output", 9)}
+    doc = parse_price_document(
+        {
+            "currency": "USD",
+            "models": [
+                {
+                    "model": "m",
+                    "max_input_tokens": 1000,
+                    "max_output_tokens": 10,
+                    "rates": {c: as_text(m, 6) for c, m in zip(CATEGORIES_ORACLE, std, strict=True)},
+                    "long_context": {
+                        "above_input_tokens": 10,
+                        "rates": {c: as_text(m, 6) for c, m in zip(CATEGORIES_ORACLE, long, strict=True)},
+                    },
+                }
+            ],
+        }
+    )
+    override: dict[str, Any] = {"rates": {c: as_text(m, 6) for c, m in given_std.items()}}
+    given_long_table = None
+    if given_long is not None:
+        given_long_table = {
+            c: m for c, m in zip(CATEGORIES_ORACLE, given_long, strict=True) if c in given_std
+        }
+        override["long_context"] = {"rates": {c: as_text(m, 6) for c, m in given_long_table.items()}}
+    plan = parse_plan_document({"adjust_percent": as_text(percent, 4), "models": {"m": override}})
+    tier_given = given_std if given_long_table is None else given_long_table
+    expected_std = {
+        c: given_std[c] if c in given_std else oracle_rate(m, percent)
+        for c, m in zip(CATEGORIES_ORACLE, std, strict=True)
+    }
+    expected_long = {
+        c: tier_given[c] if c in tier_given else oracle_rate(m, percent)
+        for c, m in zip(CATEGORIES_ORACLE, long, strict=True)
+    }
+    omitted = [
+        oracle_rate(m, percent)
+        for table, listed in ((given_std, std), (tier_given, long))
+        for c, m in zip(CATEGORIES_ORACLE, listed, strict=True)
+        if c not in table
+    ]
+    if omitted and max(omitted) > 10**12:
+        with pytest.raises(PlanRateTooHigh):
+            materialise(plan, doc)
+        return
+    (price,) = materialise(plan, doc)
+    assert price.long_context is not None
+    assert {c: Fraction(r) for c, r in price.rates.items()} == {
+        c: Fraction(m, 10**6) for c, m in expected_std.items()
+    }
+    assert {c: Fraction(r) for c, r in price.long_context.rates.items()} == {
+        c: Fraction(m, 10**6) for c, m in expected_long.items()
+    }
+
+
 @pytest.mark.parametrize(
     "raw",
     [
