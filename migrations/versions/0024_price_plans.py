@@ -14,8 +14,10 @@
 - `ledger_hold_batch`: a reserve carries the plan revision it was sized with; under the
   account lock a different current revision answers 'plan' (detail: the current one), as
   'version' does for a stale active price version, and the hold is written with it.
-- `holds_plan_whole` is added NOT VALID, then validated (a scan that takes no lock
-  stronger than SHARE UPDATE EXCLUSIVE of its own);
+- `holds_plan_whole` is added NOT VALID, then validated. The validation is one
+  sequential scan of `holds` and, in this migration's transaction, it still runs under
+  the ACCESS EXCLUSIVE lock the ADD COLUMN took: on a large holds table the reserve and
+  settle path waits for that scan, so apply 0024 at a quiet time (docs/operations.md);
 - the downgrade refuses while any plan exists (it would re-price planned holds at list).
 
 Revision ID: 0024
