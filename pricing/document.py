@@ -246,20 +246,21 @@ def _long_context(value: object, path: str, standard: Rates, max_input_tokens: i
             f"must be below the model's max_input_tokens ({max_input_tokens}), or the table never applies",
         )
     rates = _rates(_required(obj, "rates", path), f"{path}.rates")
-    given, standard_given = set(rates.categories()), standard.categories()
-    for category in standard_given:
-        if category not in given:
-            _fail(
-                f"{path}.rates.{category}",
-                "the long-context table must give every category the standard one gives",
-            )
-    for category in rates.categories():
-        if category not in standard_given:
-            _fail(
-                f"{path}.rates.{category}",
-                "the standard table does not give this category, so this one may not",
-            )
+    check_long_context_categories(standard, rates, f"{path}.rates")
     return LongContext(above_input_tokens=above, rates=rates)
+
+
+def check_long_context_categories(standard: Rates, long: Rates, path: str) -> None:
+    """A long-context table gives exactly the categories of the standard one (`path`: where
+    the long-context table sits; a refusal names `path.<category>`)."""
+    for category in standard.categories():
+        if category not in long:
+            _fail(
+                f"{path}.{category}", "the long-context table must give every category the standard one gives"
+            )
+    for category in long.categories():
+        if category not in standard:
+            _fail(f"{path}.{category}", "the standard table does not give this category, so this one may not")
 
 
 def _model(value: object, path: str, *, stored: bool) -> ModelPrice:

@@ -56,6 +56,7 @@ from pricing.document import (
     _JsonObject,
     _load_json,
     _rates,
+    check_long_context_categories,
     rates_to_builtins,
 )
 from pricing.errors import PriceDocumentInvalid
@@ -141,18 +142,7 @@ def _model(value: object, path: str) -> ModelOverride:
         if "rates" not in long_obj:
             _fail(f"{path}.long_context.rates", "is required")
         long_rates = _rates(long_obj["rates"], f"{path}.long_context.rates")
-        for category in rates.categories():
-            if category not in long_rates:
-                _fail(
-                    f"{path}.long_context.rates.{category}",
-                    "the long-context table must give every category the standard one gives",
-                )
-        for category in long_rates.categories():
-            if category not in rates:
-                _fail(
-                    f"{path}.long_context.rates.{category}",
-                    "the standard table does not give this category, so this one may not",
-                )
+        check_long_context_categories(rates, long_rates, f"{path}.long_context.rates")
     return ModelOverride(rates=rates, long_context_rates=long_rates)
 
 
