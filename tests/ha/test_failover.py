@@ -73,7 +73,8 @@ def formation() -> Iterator[Formation]:
         yield built
     finally:
         built.stop()
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+        if not os.environ.get("LEDGER_TEST_KEEP_HA"):  # set it to keep the logs of a failed run
+            subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
 def with_attrs(uri: str, attrs: str) -> str:
