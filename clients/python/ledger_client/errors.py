@@ -38,23 +38,17 @@ class LedgerError(Exception):
         self.type = type or code
         self.param = param
         self.body: dict[str, Any] = body or {}
+        detail = self.body.get("error")
+        self._read(detail if isinstance(detail, dict) else {})
+
+    def _read(self, detail: dict[str, Any]) -> None:
+        """Take what a subclass adds from the body's `error` object (nothing here)."""
 
 
 class InsufficientFunds(LedgerError):
     """402: the reservation exceeds the account's available credit; nothing was held."""
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        type: str | None = None,
-        param: str | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(status, code, message, type=type, param=param, body=body)
-        detail = (body or {}).get("error", {})
+    def _read(self, detail: dict[str, Any]) -> None:
         self.required = Decimal(str(detail.get("required", "0")))
         self.available = Decimal(str(detail.get("available", "0")))
         self.currency: str | None = detail.get("currency")
@@ -67,18 +61,8 @@ class BudgetExceeded(InsufficientFunds):
     """402 `budget_exceeded`: the reservation would take its `budget_key` past the key's budget
     for the current period (`period_start` to `period_end`, ISO dates); nothing was held."""
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        type: str | None = None,
-        param: str | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(status, code, message, type=type, param=param, body=body)
-        detail = (body or {}).get("error", {})
+    def _read(self, detail: dict[str, Any]) -> None:
+        super()._read(detail)
         self.budget_key: str | None = detail.get("budget_key")
         self.budget = Decimal(str(detail.get("budget", "0")))
         self.spent = Decimal(str(detail.get("spent", "0")))
@@ -92,18 +76,8 @@ class ModelRetired(LedgerError):
     """410 `model_retired`: the model is past its `retires_at` (an aware `datetime`, or None if
     the body lacks it); nothing was held. Holds reserved before still settle and release."""
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        type: str | None = None,
-        param: str | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(status, code, message, type=type, param=param, body=body)
-        when = (body or {}).get("error", {}).get("retires_at")
+    def _read(self, detail: dict[str, Any]) -> None:
+        when = detail.get("retires_at")
         self.retires_at: datetime | None = (
             datetime.fromisoformat(str(when).replace("Z", "+00:00")) if when else None
         )
