@@ -42,7 +42,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
@@ -53,8 +53,9 @@ from pricing.document import (
     ModelPrice,
     PriceDocument,
     Rates,
-    _JsonObject,
+    _fail,
     _load_json,
+    _object,
     _rates,
     check_long_context_categories,
     rates_to_builtins,
@@ -94,23 +95,6 @@ class PlanDocument(msgspec.Struct, frozen=True, kw_only=True):
             if name == model:
                 return entry
         return None
-
-
-def _fail(param: str, message: str) -> NoReturn:
-    raise PriceDocumentInvalid(param, message)
-
-
-def _object(value: object, path: str, allowed: tuple[str, ...]) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        _fail(path, "must be a JSON object")
-    if isinstance(value, _JsonObject) and value.duplicate_keys:
-        key = value.duplicate_keys[0]
-        _fail(f"{path}.{key}" if path else key, "appears more than once in the same object")
-    for key in value:
-        if key not in allowed:
-            name = f"{path}.{key}" if path else str(key)
-            _fail(name, f"unknown field; expected one of: {', '.join(allowed)}")
-    return value
 
 
 def parse_percent(value: object, param: str) -> Decimal:
